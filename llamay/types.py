@@ -1,0 +1,146 @@
+"""Small typed records that cross layer boundaries.
+
+`SamplingParams` is the one home of every sampling knob: validated once at the API edge
+(`validate()`), then read-only everywhere. Engine events are small frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import InvalidRequest
+
+__all__ = [
+    "SamplingParams",
+    "StopSpec",
+    "TopLogprob",
+    "TokenEvent",
+    "FinishEvent",
+    "ErrorEvent",
+    "Event",
+    "Usage",
+    "FinishReason",
+]
+
+FinishReason = Literal["stop", "length", "abort", "error", "tool_calls"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick the next token.
+
+    temperature <= 0 means greedy (argmax after penalties and bias). `top_k` 0 and
+    `top_p`/`typical_p` 1.0 and `min_p` 0.0 disable those filters. Penalties follow
+    llama.cpp's meanings: `repeat_penalty` divides positive logits (multiplies
+    negative ones) of tokens seen in the last `repeat_last_n` tokens; `presence_penalty`
+    and `frequency_penalty` follow OpenAI (subtract once / per occurrence) over the same
+    window. `logit_bias` maps token id -> added bias (-inf bans). `seed` None means a
+    random seed chosen when the request is admitted. `top_logprobs` > 0 implies logprobs.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    typical_p: float = 1.0
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def validate(self, n_vocab: int | None = None) -> SamplingParams:
+        """Raise InvalidRequest naming the first bad field; return self when valid."""
+        checks: list[tuple[str, bool, str]] = [
+            ("temperature", 0.0 <= self.temperature <= 100.0, "must be between 0 and 100"),
+            ("top_k", self.top_k >= 0, "must be >= 0"),
+            ("top_p", 0.0 <= self.top_p <= 1.0, "must be between 0 and 1"),
+            ("min_p", 0.0 <= self.min_p <= 1.0, "must be between 0 and 1"),
+            ("typical_p", 0.0 < self.typical_p <= 1.0, "must be in (0, 1]"),
+            ("repeat_penalty", 0.0 < self.repeat_penalty <= 10.0, "must be in (0, 10]"),
+            ("repeat_last_n", self.repeat_last_n >= 0, "must be >= 0"),
+            ("presence_penalty", -2.0 <= self.presence_penalty <= 2.0, "must be between -2 and 2"),
+            ("frequency_penalty", -2.0 <= self.frequency_penalty <= 2.0, "must be between -2 and 2"),
+            ("top_logprobs", 0 <= self.top_logprobs <= 20, "must be between 0 and 20"),
+        ]
+        for name, ok, why in checks:
+            value = getattr(self, name)
+            if not ok or (isinstance(value, float) and math.isnan(value)):
+                raise InvalidRequest(f"'{name}' {why} (got {value!r})", param=name)
+        for token, bias in self.logit_bias:
+            if n_vocab is not None and not 0 <= token < n_vocab:
+                raise InvalidRequest(
+                    f"'logit_bias' names token {token}, outside the vocabulary (0..{n_vocab - 1})",
+                    param="logit_bias",
+                )
+            if math.isnan(bias) or not -100.0 <= bias <= 100.0 and not math.isinf(bias):
+                raise InvalidRequest(
+                    f"'logit_bias' values must be between -100 and 100 (got {bias!r})", param="logit_bias"
+                )
+        return self
+
+
+@dataclass(frozen=True)
+class StopSpec:
+    """When generation ends: `max_tokens` (None: until the context is full), stop strings
+    (never included in output), and whether end-of-generation tokens are ignored."""
+
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True)
+class TopLogprob:
+    token: int
+    text: bytes
+    logprob: float
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One sampled token. `text` is the newly visible text (may be empty while bytes of a
+    multi-byte character or a possible stop string are held back)."""
+
+    token: int
+    text: str
+    logprob: float | None = None
+    top: tuple[TopLogprob, ...] = ()
+    token_bytes: bytes = b""
+
+
+@dataclass(frozen=True)
+class FinishEvent:
+    reason: FinishReason
+    usage: Usage
+    text: str = ""  # any held-back text released at the end
+    message: str | None = None  # why, when the reason is not plain
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    error: Exception
+
+
+Event = TokenEvent | FinishEvent | ErrorEvent
