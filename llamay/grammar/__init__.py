@@ -1,1 +1,23 @@
+"""Constrained output: JSON schema, GBNF, regex and Lark grammars enforced while sampling.
 
+`Grammar` is the validated, model-independent constraint (build it at request
+validation time; every constructor raises GrammarError for what cannot be enforced).
+`Constraint` is one request's matcher over the model's llguidance tokenizer: per step,
+`fill_mask` -> mask the logits -> sample -> `consume`.
+"""
+
+from .constraint import Compiled, Constraint, allocate_mask, compile_cached
+from .grammar import Grammar, GrammarKind
+from .runtime import byte_tokenizer
+from .schema import SchemaError
+
+__all__ = [
+    "Grammar",
+    "GrammarKind",
+    "SchemaError",
+    "Constraint",
+    "Compiled",
+    "allocate_mask",
+    "compile_cached",
+    "byte_tokenizer",
+]

@@ -1,0 +1,164 @@
+"""The per-request constraint the engine applies while sampling, and the compile cache.
+
+Flow per decoding step (see `Constraint`): `fill_mask` -> apply the bitmask to the logits
+-> sample -> `consume`. A token the mask forbids can never be sampled, so the output
+satisfies the grammar by construction; nothing is checked afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import llguidance
+import numpy as np
+
+from ..errors import GrammarError
+from .runtime import matcher_error, parser_limits
+
+if TYPE_CHECKING:
+    from .grammar import Grammar
+
+__all__ = ["Compiled", "Constraint", "allocate_mask", "compile_cached", "CACHE_SIZE"]
+
+CACHE_SIZE = 256  # compiled grammars kept (least recently used dropped first)
+
+
+@dataclass(frozen=True, eq=False)
+class Compiled:
+    """A grammar compiled for one tokenizer. The template matcher is never advanced;
+    each request gets its own copy from `matcher()`."""
+
+    spec_hash: str
+    tokenizer: llguidance.LLTokenizer  # held so its id() stays unique while cached
+    template: llguidance.LLMatcher
+    compile_seconds: float
+
+    def matcher(self) -> llguidance.LLMatcher:
+        """A fresh matcher at the start of the grammar (cheap: shares compiled state)."""
+        return self.template.deep_copy()
+
+
+_cache: OrderedDict[tuple[str, int], Compiled] = OrderedDict()
+_cache_lock = threading.Lock()
+_inflight: dict[tuple[str, int], threading.Lock] = {}
+
+
+def spec_hash(spec: str) -> str:
+    return hashlib.sha256(spec.encode()).hexdigest()
+
+
+def compile_cached(grammar: Grammar, tokenizer: llguidance.LLTokenizer) -> Compiled:
+    """Compile `grammar` for `tokenizer`, or return the cached result.
+
+    Keyed by (sha256 of the llguidance spec, id(tokenizer)); thread-safe, and concurrent
+    requests for the same key compile once. llguidance drops the GIL while compiling, so
+    other threads keep running. Raises GrammarError if the grammar does not compile for
+    this vocabulary (e.g. it names a special token the model lacks, or hits a limit).
+    """
+    key = (grammar.spec_hash, id(tokenizer))
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+        key_lock = _inflight.setdefault(key, threading.Lock())
+    with key_lock:
+        with _cache_lock:
+            hit = _cache.get(key)
+        if hit is not None:
+            return hit
+        try:
+            compiled = _compile(grammar, tokenizer)
+        finally:
+            with _cache_lock:
+                _inflight.pop(key, None)
+        with _cache_lock:
+            _cache[key] = compiled
+            while len(_cache) > CACHE_SIZE:
+                _cache.popitem(last=False)
+        return compiled
+
+
+def _compile(grammar: Grammar, tokenizer: llguidance.LLTokenizer) -> Compiled:
+    start = time.perf_counter()
+    matcher = llguidance.LLMatcher(tokenizer, grammar.spec, log_level=0, limits=parser_limits())
+    elapsed = time.perf_counter() - start
+    error = matcher_error(matcher)
+    if error is not None:
+        raise GrammarError(f"grammar does not compile for this model: {error.strip()}", param=grammar.param)
+    return Compiled(grammar.spec_hash, tokenizer, matcher, elapsed)
+
+
+def allocate_mask(tokenizer: llguidance.LLTokenizer) -> np.ndarray:
+    """A zeroed int32 bitmask with one bit per token of `tokenizer` (bit t%32 of word
+    t//32 set = token t allowed), the shape `Constraint.fill_mask` fills."""
+    return np.zeros((tokenizer.vocab_size + 31) // 32, dtype=np.int32)
+
+
+class Constraint:
+    """One request's matcher over a model's LLTokenizer.
+
+    Not thread-safe: one request, one thread at a time. Never raises for anything the
+    model generates; a rejected token puts it in an error state (`error` set, `consume`
+    returns False) and the engine should end the request with an error finish reason.
+    """
+
+    def __init__(self, grammar: Grammar, tokenizer: llguidance.LLTokenizer) -> None:
+        """Raises GrammarError if `grammar` does not compile for this tokenizer."""
+        self.grammar = grammar
+        self.vocab_size = tokenizer.vocab_size
+        self.eos_tokens = list(tokenizer.eos_tokens)
+        self._n_words = (self.vocab_size + 31) // 32
+        self._matcher = compile_cached(grammar, tokenizer).matcher()
+        self._error: str | None = None
+
+    @property
+    def error(self) -> str | None:
+        """Why the constraint failed (a rejected token, a per-step limit), else None."""
+        return self._error or matcher_error(self._matcher)
+
+    def fill_mask(self, out: np.ndarray) -> None:
+        """Write the allowed next tokens into `out` (from `allocate_mask`). EOS tokens are
+        allowed exactly when `is_accepting()`. Logits beyond the tokenizer's vocab_size
+        (some models pad their output layer) are not covered: mask them out too. In an
+        error state llguidance allows only EOS."""
+        if out.dtype != np.int32 or out.shape != (self._n_words,) or not out.flags["C_CONTIGUOUS"]:
+            raise ValueError(f"mask must be a contiguous int32 array of shape ({self._n_words},)")
+        self._matcher.unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
+
+    def consume(self, token: int) -> bool:
+        """Advance past the sampled `token`; False (and `error` set) if the grammar
+        rejects it. Consuming an EOS token while accepting succeeds and stops the matcher."""
+        if self._error is not None:
+            return False
+        if not 0 <= token < self.vocab_size:
+            self._error = f"token {token} is outside the vocabulary of {self.vocab_size}"
+            return False
+        if self._matcher.consume_token(token):
+            return True
+        self._error = matcher_error(self._matcher) or f"token {token} rejected by the grammar"
+        return False
+
+    def is_accepting(self) -> bool:
+        """The text so far is complete under the grammar (EOS is allowed here)."""
+        return self._error is None and self._matcher.is_accepting()
+
+    def is_stopped(self) -> bool:
+        """Nothing but EOS may follow (grammar finished, or error): stop generating."""
+        return self._error is not None or self._matcher.is_stopped()
+
+    def forced_tokens(self) -> list[int]:
+        """Tokens the grammar forces next, which the engine may append without sampling
+        (feeding each to `consume`, and to the model as usual). Often empty."""
+        if self.is_stopped():
+            return []
+        return list(self._matcher.compute_ff_tokens())
+
+    def rollback(self, n_tokens: int) -> bool:
+        """Undo the last `n_tokens` consumed tokens (for speculative decoding)."""
+        return self._error is None and self._matcher.rollback(n_tokens)
