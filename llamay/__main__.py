@@ -1,0 +1,5 @@
+import sys
+
+from llamay.cli.main import main
+
+sys.exit(main())

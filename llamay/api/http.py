@@ -1,0 +1,91 @@
+"""HTTP plumbing shared by every API: JSON bodies, SSE framing, client-disconnect watch."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+
+from ..errors import InvalidRequest, PayloadTooLarge
+
+__all__ = ["read_json", "sse_response", "sse_frame", "until_disconnect", "json_response", "ClientGone"]
+
+T = TypeVar("T")
+MAX_BODY = 32 * 1024 * 1024
+
+
+class ClientGone(Exception):
+    """The client disconnected before the answer was ready."""
+
+
+async def read_json(request: Request, max_bytes: int = MAX_BODY) -> Any:
+    """The request body as JSON. Raises InvalidRequest (malformed JSON, named position) or
+    PayloadTooLarge."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        raise InvalidRequest("the request body is empty; expected a JSON object")
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise InvalidRequest("the request body is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(
+            f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def sse_frame(data: Any) -> bytes:
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return f"data: {payload}\n\n".encode()
+
+
+def sse_response(frames: AsyncIterator[bytes]) -> StreamingResponse:
+    """Starlette cancels the iterator when the client disconnects; the iterator's cleanup
+    then aborts the engine requests behind it."""
+    return StreamingResponse(
+        frames,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Run `work`, cancelling it if the client disconnects first (then raise ClientGone)."""
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        raise ClientGone()
+    finally:
+        watcher.cancel()

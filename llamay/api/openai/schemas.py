@@ -1,0 +1,165 @@
+"""OpenAI request bodies parsed into typed records. Every bad field is a 400 naming it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import InvalidRequest
+from ...types import SamplingParams
+from ..fields import Fields
+
+__all__ = ["ChatRequest", "CompletionRequest", "parse_chat", "parse_completion", "Common"]
+
+MAX_N = 16
+MAX_STOP = 16
+
+
+@dataclass(frozen=True)
+class Common:
+    """Fields shared by chat and completions."""
+
+    model: str
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+    n: int
+    stop: tuple[str, ...]
+    sampling: SamplingParams
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    common: Common
+    messages: list[dict[str, Any]]
+    logprobs: bool
+    top_logprobs: int
+    chat_template_kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    common: Common
+    prompts: list[str | list[int]]
+    echo: bool
+    logprobs: int | None
+
+
+def _stop(f: Fields) -> tuple[str, ...]:
+    raw = f.raw("stop")
+    if raw is None:
+        return ()
+    items = [raw] if isinstance(raw, str) else raw
+    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+        raise InvalidRequest("'stop' must be a string or an array of strings", param="stop")
+    if len(items) > MAX_STOP:
+        raise InvalidRequest(f"'stop' may hold at most {MAX_STOP} strings", param="stop")
+    return tuple(s for s in items if s)
+
+
+def _logit_bias(f: Fields) -> tuple[tuple[int, float], ...]:
+    raw = f.obj("logit_bias")
+    if not raw:
+        return ()
+    out: list[tuple[int, float]] = []
+    for key, value in raw.items():
+        try:
+            token = int(key)
+        except (TypeError, ValueError):
+            raise InvalidRequest(
+                f"'logit_bias' keys must be token ids, not {key!r}", param="logit_bias"
+            ) from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidRequest("'logit_bias' values must be numbers", param="logit_bias")
+        out.append((token, float(value)))
+    return tuple(out)
+
+
+def _common(f: Fields, *, default_max: int | None, logprobs: int) -> Common:
+    model = f.text("model", "") or ""
+    stream = f.flag("stream", False)
+    opts = f.obj("stream_options") or {}
+    include_usage = Fields(opts, "stream_options").flag("include_usage", False)
+    max_tokens = f.integer("max_completion_tokens", None, lo=1)
+    if max_tokens is None:
+        max_tokens = f.integer("max_tokens", default_max, lo=1)
+    n = f.integer("n", 1, lo=1, hi=MAX_N)
+    temperature = f.number("temperature", 1.0, lo=0.0, hi=2.0)
+    sampling = SamplingParams(
+        temperature=temperature,
+        top_p=f.number("top_p", 1.0, lo=0.0, hi=1.0),
+        top_k=f.integer("top_k", 0, lo=0),
+        min_p=f.number("min_p", 0.0, lo=0.0, hi=1.0),
+        typical_p=f.number("typical_p", 1.0, lo=0.0, hi=1.0) or 1.0,
+        repeat_penalty=f.number("repeat_penalty", 1.0, lo=0.0, hi=10.0) or 1.0,
+        repeat_last_n=f.integer("repeat_last_n", 64, lo=0),
+        presence_penalty=f.number("presence_penalty", 0.0, lo=-2.0, hi=2.0),
+        frequency_penalty=f.number("frequency_penalty", 0.0, lo=-2.0, hi=2.0),
+        logit_bias=_logit_bias(f),
+        seed=f.integer("seed", None),
+        logprobs=logprobs > 0,
+        top_logprobs=max(0, logprobs - 1) if logprobs else 0,
+    )
+    return Common(model, stream, include_usage, max_tokens, n, _stop(f), sampling.validate())
+
+
+def parse_chat(body: Any) -> ChatRequest:
+    f = Fields(body)
+    messages = f.array("messages", required=True)
+    if not messages:
+        raise InvalidRequest("'messages' must contain at least one message", param="messages")
+    for i, m in enumerate(messages):
+        mf = Fields(m, f"messages[{i}]")
+        mf.text("role", required=True)
+        content = mf.raw("content")
+        if content is not None and not isinstance(content, str | list):
+            raise InvalidRequest(
+                f"'messages[{i}].content' must be a string or an array of content parts",
+                param=f"messages[{i}].content",
+            )
+    want_logprobs = f.flag("logprobs", False)
+    top = f.integer("top_logprobs", 0, lo=0, hi=20)
+    if top and not want_logprobs:
+        raise InvalidRequest("'top_logprobs' requires 'logprobs': true", param="top_logprobs")
+    # Internally top_logprobs counts alternatives; `logprobs` n means "chosen + n-1 others".
+    common = _common(f, default_max=None, logprobs=(1 + top) if want_logprobs else 0)
+    kwargs = f.obj("chat_template_kwargs") or {}
+    return ChatRequest(common, list(messages), want_logprobs, top, dict(kwargs))
+
+
+def parse_completion(body: Any) -> CompletionRequest:
+    f = Fields(body)
+    raw = f.raw("prompt")
+    if raw is None:
+        raise InvalidRequest("'prompt' is required", param="prompt")
+    prompts = _prompts(raw)
+    if f.raw("suffix"):
+        raise InvalidRequest("'suffix' (insertion) is not supported by this server", param="suffix")
+    logprobs = f.integer("logprobs", None, lo=0, hi=5)
+    common = _common(f, default_max=16, logprobs=(1 + logprobs) if logprobs is not None else 0)
+    best_of = f.integer("best_of", None, lo=1)
+    if best_of is not None and best_of != common.n:
+        raise InvalidRequest("'best_of' other than 'n' is not supported", param="best_of")
+    return CompletionRequest(common, prompts, bool(f.flag("echo", False)), logprobs)
+
+
+def _prompts(raw: Any) -> list[str | list[int]]:
+    """A string, a list of strings, a list of token ids, or a list of token-id lists."""
+    bad = InvalidRequest(
+        "'prompt' must be a string, an array of strings, an array of token ids, or an array of such arrays",
+        param="prompt",
+    )
+    if isinstance(raw, str):
+        return [raw]
+    if not isinstance(raw, list) or not raw:
+        raise bad
+    if all(isinstance(x, str) for x in raw):
+        return list(raw)
+    if all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
+        return [list(raw)]
+    if all(
+        isinstance(x, list) and x and all(isinstance(t, int) and not isinstance(t, bool) for t in x)
+        for x in raw
+    ):
+        return [list(x) for x in raw]
+    raise bad

@@ -1,0 +1,39 @@
+"""The `llamay` command: one module per verb group."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from . import run, serve
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llamay",
+        description="Run GGUF models locally behind the APIs your code already speaks.",
+        allow_abbrev=False,
+    )
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    serve.add_parser(sub)
+    run.add_parser(sub)
+    v = sub.add_parser("version", help="print the version")
+    v.set_defaults(func=lambda _args: print(f"llamay {__version__}") or 0)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

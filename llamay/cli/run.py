@@ -1,0 +1,92 @@
+"""`llamay run`: load a model in-process, stream one generation, print timing stats."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ..types import ErrorEvent, FinishEvent, SamplingParams, StopSpec, TokenEvent
+from .common import fail, flag, resolve_model
+
+__all__ = ["add_parser", "stats_line"]
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "run",
+        help="generate from a prompt in-process",
+        allow_abbrev=False,
+        description="Load a model in this process and stream one generation to stdout.",
+    )
+    flag(p, "model", "-m", default=None, help="model name or .gguf path (default: smollm2:135m)")
+    flag(p, "prompt", "-p", required=True, help="the prompt text")
+    flag(p, "chat", action="store_true", help="send the prompt as a user message through the chat template")
+    flag(p, "system", default=None, help="a system message (with -chat)")
+    flag(p, "n", type=int, default=256, help="maximum tokens to generate (default 256)")
+    flag(p, "temp", type=float, default=0.8, help="temperature; 0 is greedy (default 0.8)")
+    flag(p, "top-k", dest="top_k", type=int, default=40, help="top-k (default 40, 0 off)")
+    flag(p, "top-p", dest="top_p", type=float, default=0.95, help="top-p (default 0.95)")
+    flag(p, "seed", type=int, default=None, help="random seed (default: random)")
+    flag(p, "ctx", type=int, default=0, help="context size (default: the model's, at most 8192)")
+    flag(p, "threads", type=int, default=0, help="CPU threads (default: all cores)")
+    p.set_defaults(func=run_run)
+
+
+def stats_line(n_prompt: int, prompt_ms: float, n_gen: int, gen_ms: float, reason: str) -> str:
+    def rate(n: int, ms: float) -> str:
+        return f"{n / (ms / 1000):.1f}" if ms > 0 else "inf"
+
+    gen = f"{gen_ms / 1000:.3f}s" if gen_ms >= 1000 else f"{gen_ms:.0f}ms"
+    return (
+        f"prompt {n_prompt} tokens in {prompt_ms:.0f}ms ({rate(n_prompt, prompt_ms)} tok/s) · "
+        f"generated {n_gen} in {gen} ({rate(n_gen, gen_ms)} tok/s) · stop: {reason}"
+    )
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from ..engine.client import iter_events
+    from ..engine.request import GenerateRequest
+    from ..runtime import RuntimeConfig, load_model
+
+    try:
+        name, path, sha = resolve_model(args.model)
+        loaded = load_model(name, path, RuntimeConfig(ctx=args.ctx, threads=args.threads, concurrency=1), sha)
+    except Exception as exc:
+        return fail(exc)
+    try:
+        if args.chat:
+            messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
+                {"role": "user", "content": args.prompt}
+            ]
+            text = loaded.template.render(messages, add_generation_prompt=True)
+            text = loaded.template.strip_bos_eos(text, add_bos=loaded.model.add_bos)
+            tokens = loaded.model.tokenize(text, parse_special=True)
+        else:
+            tokens = loaded.model.tokenize(args.prompt, parse_special=False)
+        sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+        request = GenerateRequest(tokens, sampling.validate(), StopSpec(max_tokens=args.n))
+        for ev in iter_events(loaded.engine, request):
+            if isinstance(ev, TokenEvent):
+                sys.stdout.write(ev.text)
+                sys.stdout.flush()
+            elif isinstance(ev, FinishEvent):
+                sys.stdout.write(ev.text + "\n")
+                sys.stdout.flush()
+                print(
+                    stats_line(
+                        ev.usage.prompt_tokens,
+                        ev.extra["prompt_ms"],
+                        ev.usage.completion_tokens,
+                        ev.extra["generate_ms"],
+                        ev.reason,
+                    ),
+                    file=sys.stderr,
+                )
+            elif isinstance(ev, ErrorEvent):
+                raise ev.error
+    except Exception as exc:
+        return fail(exc)
+    finally:
+        loaded.close()
+    return 0

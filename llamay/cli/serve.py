@@ -1,0 +1,122 @@
+"""`llamay serve`: load a model and serve the HTTP APIs."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from .common import fail, flag, human_bytes, human_count, resolve_model
+from .logs import kv, setup_logging
+
+__all__ = ["add_parser", "parse_addr"]
+
+log = logging.getLogger("llamay.cli")
+DEFAULT_ADDR = "localhost:11435"
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve a model over HTTP (OpenAI-compatible API)",
+        allow_abbrev=False,
+        description="Load a model and serve the OpenAI-compatible HTTP API.",
+    )
+    flag(p, "model", "-m", default=None, help="model name or path to a .gguf file (default: smollm2:135m)")
+    flag(p, "addr", default=DEFAULT_ADDR, help=f"HOST:PORT to listen on (default {DEFAULT_ADDR})")
+    flag(p, "concurrency", type=int, default=8, help="requests generated at once (default 8)")
+    flag(
+        p,
+        "queue",
+        type=int,
+        default=64,
+        help="requests that may wait beyond those; more get 503 (default 64)",
+    )
+    flag(
+        p,
+        "ctx",
+        type=int,
+        default=0,
+        help="context size in tokens, shared by running requests (default: the model's, at most 8192)",
+    )
+    flag(p, "batch", type=int, default=512, help="tokens per decode step (default 512)")
+    flag(p, "threads", type=int, default=0, help="CPU threads (default: all cores)")
+    flag(p, "kv", default="f16", choices=["f16", "f32", "q8_0"], help="KV cache type (default f16)")
+    flag(
+        p,
+        "chat-template",
+        dest="chat_template",
+        type=Path,
+        default=None,
+        help="a Jinja chat template file that overrides the model's own",
+    )
+    flag(p, "log-level", dest="log_level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    p.set_defaults(func=run_serve)
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"-addr must be HOST:PORT, not {addr!r}")
+    return (host or "localhost").strip("[]"), int(port)
+
+
+def banner_table(base: str) -> str:
+    from ..api.app import ENDPOINTS
+
+    width = max(len(path) for _, path, _ in ENDPOINTS) + len(base)
+    lines = [f"  {'METHOD':<6}  {'URL':<{width}}  PURPOSE"]
+    lines += [f"  {m:<6}  {base + path:<{width}}  {why}" for m, path, why in ENDPOINTS]
+    return "\n".join(lines)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from ..api.app import create_app
+    from ..runtime import Runtime, RuntimeConfig, load_model
+
+    setup_logging(args.log_level)
+    try:
+        host, port = parse_addr(args.addr)
+        name, path, sha = resolve_model(args.model)
+        config = RuntimeConfig(
+            ctx=args.ctx,
+            batch=args.batch,
+            threads=args.threads,
+            concurrency=args.concurrency,
+            max_queue=args.queue,
+            kv_type=args.kv,
+            chat_template_file=args.chat_template,
+        )
+        loaded = load_model(name, path, config, sha)
+    except Exception as exc:
+        return fail(exc)
+    runtime = Runtime(loaded)
+    info = loaded.info
+    addr = f"{host}:{port}"
+    log.info(
+        "llamay serving",
+        extra=kv(
+            addr=addr,
+            model=name,
+            arch=info.arch,
+            params=human_count(info.n_params),
+            size=human_bytes(info.size_bytes),
+            context=loaded.engine.n_ctx,
+            threads=loaded.ctx.config.n_threads,
+            kv=args.kv,
+            concurrency=args.concurrency,
+            auth="none (single user)",
+        ),
+    )
+    print(banner_table(f"http://{addr}"), file=sys.stderr, flush=True)
+    app = create_app(runtime)
+    try:
+        uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, timeout_graceful_shutdown=5)
+    finally:
+        runtime.close()
+        log.info("llamay stopped")
+    return 0

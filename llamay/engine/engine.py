@@ -1,0 +1,266 @@
+"""The engine: one thread per loaded model owns its llama context and runs the step loop.
+
+step = reap aborted -> admit waiting -> schedule -> one llama_decode -> per request:
+mask -> sample -> accept -> stop checks -> publish events.
+Events are delivered through each request's sink, called on the engine thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from ..backend.context import Context, DecodeStatus
+from ..backend.model import Model
+from ..errors import ContextOverflow, EngineError, InvalidRequest, Overloaded
+from ..types import ErrorEvent, FinishEvent, FinishReason, TokenEvent, Usage
+from .request import GenerateRequest, Handle, Sink
+from .sampling_step import sample_step
+from .scheduler import schedule
+from .sequence import Sequence
+
+__all__ = ["Engine", "EngineConfig"]
+
+log = logging.getLogger("llamay.engine")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """`concurrency` caps running sequences; up to `max_queue` more wait, past that submit()
+    raises Overloaded (HTTP 503 with Retry-After)."""
+
+    concurrency: int = 8
+    max_queue: int = 64
+
+
+@dataclass
+class EngineStats:
+    requests: int = 0
+    aborted: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    steps: int = 0
+    decode_seconds: float = 0.0
+
+
+class Engine:
+    """Owns `ctx` (and uses `model`) from its own thread. Thread-safe: submit/close."""
+
+    def __init__(self, model: Model, ctx: Context, config: EngineConfig | None = None) -> None:
+        self.model = model
+        self.ctx = ctx
+        self.config = config or EngineConfig()
+        self.stats = EngineStats()
+        self._cond = threading.Condition()
+        self._waiting: deque[tuple[Handle, Sink]] = deque()
+        self._running: list[Sequence] = []
+        self._free_ids = list(range(min(ctx.n_seq_max, self.config.concurrency)))[::-1]
+        self._closing = False
+        self._kv_cells = 0
+        self._thread = threading.Thread(target=self._loop, name="llamay-engine", daemon=True)
+        self._thread.start()
+
+    # -- public, any thread ----------------------------------------------------------------
+    @property
+    def n_ctx(self) -> int:
+        return self.ctx.n_ctx
+
+    def submit(self, request: GenerateRequest, sink: Sink) -> Handle:
+        """Queue a request. Raises InvalidRequest / ContextOverflow for a request that can
+        never run, Overloaded when the queue is full."""
+        if not request.tokens:
+            raise InvalidRequest("the prompt is empty", param="prompt")
+        self.model.check_tokens(request.tokens)
+        if len(request.tokens) >= self.n_ctx:
+            raise ContextOverflow(
+                f"the prompt has {len(request.tokens)} tokens but the context holds {self.n_ctx} "
+                "(at least one token must be left to generate)",
+                param="messages",
+            )
+        handle = Handle(request, self._wake)
+        with self._cond:
+            if self._closing:
+                raise Overloaded("the server is shutting down")
+            if len(self._waiting) >= self.config.max_queue:
+                raise Overloaded(
+                    f"the request queue is full ({self.config.max_queue} waiting, "
+                    f"{len(self._running)} running); retry shortly",
+                    retry_after=1,
+                )
+            self._waiting.append((handle, sink))
+            self._cond.notify()
+        return handle
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    def kv_used(self) -> int:
+        """KV positions llama.cpp holds over all sequences, as measured after the last step."""
+        return self._kv_cells
+
+    def close(self) -> None:
+        """Stop the loop: running and waiting requests finish with reason 'abort'."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join(timeout=30)
+
+    # -- engine thread ---------------------------------------------------------------------
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closing and not self._waiting and not self._running:
+                    self._cond.wait()
+                if self._closing:
+                    break
+                self._admit()
+            try:
+                self._step()
+            except Exception as exc:  # the loop must survive anything one batch does
+                log.exception("engine step failed; failing the running requests")
+                self._fail_all(exc)
+            self._kv_cells = sum(self.ctx.seq_pos_max(i) + 1 for i in range(self.ctx.n_seq_max))
+        self._shutdown()
+
+    def _admit(self) -> None:
+        """Move waiting requests into running sequences while slots and KV allow (lock held)."""
+        used = sum(s.n_tokens for s in self._running)
+        while self._waiting and self._free_ids:
+            handle, sink = self._waiting[0]
+            if handle.aborted:
+                self._waiting.popleft()
+                self._emit_finish_unstarted(handle, sink)
+                continue
+            need = len(handle.request.tokens) + 1
+            if self._running and used + need > self.n_ctx:
+                break  # wait until running requests free KV
+            self._waiting.popleft()
+            seed = handle.request.sampling.seed
+            if seed is None:
+                seed = secrets.randbits(63)
+            try:
+                seq = Sequence(handle, sink, self._free_ids.pop(), self.model.n_vocab, seed)
+            except Exception as exc:
+                self._safe_sink(sink, ErrorEvent(exc))
+                continue
+            self._running.append(seq)
+            self.stats.requests += 1
+            used += need
+
+    def _step(self) -> None:
+        aborted = [s for s in self._running if s.handle.aborted]
+        if aborted:
+            for s in aborted:
+                self._finish(s, "abort")
+            self._running = [s for s in self._running if not s.done]
+        if not self._running:
+            return
+        plan = schedule(self._running, self.ctx.n_batch)
+        batch = self.ctx.batch
+        batch.clear()
+        rows: list[tuple[Sequence, int]] = []
+        for sl in plan:
+            s = self._running[sl.index]
+            last = sl.start + sl.count - 1
+            for pos in range(sl.start, sl.start + sl.count):
+                row = batch.add(s.tokens[pos], pos, s.seq_id, sl.logits and pos == last)
+            if sl.logits:
+                rows.append((s, row))
+        t0 = time.perf_counter()
+        status = self.ctx.decode()
+        self.stats.decode_seconds += time.perf_counter() - t0
+        self.stats.steps += 1
+        if status == DecodeStatus.NO_KV_SLOT:
+            self._relieve_kv(plan_seqs=[self._running[sl.index] for sl in plan])
+            return
+        if status != DecodeStatus.OK:
+            raise EngineError(f"llama_decode failed with status {status}")
+        for sl in plan:
+            self._running[sl.index].n_past += sl.count
+        for s, row in rows:
+            sample_step(self, s, row)
+        self._running = [s for s in self._running if not s.done]
+
+    def _relieve_kv(self, plan_seqs: list[Sequence]) -> None:
+        """The KV cache is full. Put back a request still reading its prompt if there is
+        one (it is recomputed later); otherwise end the longest with reason 'length'."""
+        prefilling = [s for s in plan_seqs if s.prefilling and s.n_generated == 0]
+        if prefilling and len(self._running) > 1:
+            victim = prefilling[-1]
+            self.ctx.seq_rm(victim.seq_id)
+            self._running.remove(victim)
+            self._free_ids.append(victim.seq_id)
+            with self._cond:
+                self._waiting.appendleft((victim.handle, victim.sink))
+            log.info("KV cache full: request %d put back in the queue", victim.request.id)
+            return
+        victim = max(self._running, key=lambda s: s.n_past)
+        self._finish(victim, "length", "the KV cache is full: generation stopped early")
+        self._running = [s for s in self._running if not s.done]
+
+    # -- finishing -------------------------------------------------------------------------
+    def _finish(
+        self, s: Sequence, reason: FinishReason, message: str | None = None, *, n_extra: int = 0
+    ) -> None:
+        if s.done:
+            return
+        s.done = True
+        self.ctx.seq_rm(s.seq_id)
+        self._free_ids.append(s.seq_id)
+        if reason == "abort":
+            self.stats.aborted += 1
+        now = time.perf_counter()
+        n_gen = s.n_generated + n_extra
+        self.stats.prompt_tokens += s.n_prompt
+        self.stats.generated_tokens += n_gen
+        t_first = s.t_first or now
+        extra = {
+            "prompt_ms": (t_first - s.t_admit) * 1000.0,
+            "generate_ms": (now - t_first) * 1000.0,
+            "queue_ms": (s.t_admit - s.handle.submitted) * 1000.0,
+        }
+        tail = "" if reason == "abort" else s.text.flush()
+        usage = Usage(s.n_prompt, n_gen, s.n_cached)
+        self._safe_sink(s.sink, FinishEvent(reason, usage, tail, message, extra))
+
+    def _emit_finish_unstarted(self, handle: Handle, sink: Sink) -> None:
+        usage = Usage(len(handle.request.tokens), 0, 0)
+        self._safe_sink(sink, FinishEvent("abort", usage))
+
+    def _fail_all(self, exc: Exception) -> None:
+        for s in self._running:
+            s.done = True
+            self.ctx.seq_rm(s.seq_id)
+            self._free_ids.append(s.seq_id)
+            self._safe_sink(s.sink, ErrorEvent(exc))
+        self._running = []
+
+    def _shutdown(self) -> None:
+        for s in list(self._running):
+            self._finish(s, "abort", "the server is shutting down")
+        self._running = []
+        with self._cond:
+            waiting = list(self._waiting)
+            self._waiting.clear()
+        for handle, sink in waiting:
+            self._emit_finish_unstarted(handle, sink)
+
+    @staticmethod
+    def _safe_sink(sink: Sink, event: TokenEvent | FinishEvent | ErrorEvent) -> None:
+        try:
+            sink(event)
+        except Exception:  # a dead consumer must not take the engine down
+            log.debug("event sink failed", exc_info=True)

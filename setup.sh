@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Set up llamay in ./.venv on a fresh machine, then run one thing:
+#   ./setup.sh serve [ARGS...]   install, then `llamay serve ARGS...` (default model, fetched on first use)
+#   ./setup.sh test [ARGS...]    install with test tools, then lint, type-check and run the whole test suite
+#   ./setup.sh                   install only
+#
+# llama-cpp-python ships as source and is compiled here. This hardware advertises AMX, and
+# llama.cpp's AMX matmul crashes on multi-token batches, so it is always built with AMX off.
+# pip's wheel cache does not key on CMAKE_ARGS, so the wheel is built into a folder keyed by
+# version + flags and installed from there, never from pip's cache.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+LLAMA_CPP_VERSION=0.3.36
+AMX_OFF='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'
+CMAKE_FLAGS="-DCMAKE_C_FLAGS='${AMX_OFF}' -DCMAKE_CXX_FLAGS='${AMX_OFF}'"
+BUILD_KEY="${LLAMA_CPP_VERSION}-$(printf '%s' "$CMAKE_FLAGS" | sha256sum | cut -c1-12)"
+WHEELS="${LLAMAY_WHEEL_CACHE:-$HOME/.cache/llamay/wheels}/llama-cpp-python-${BUILD_KEY}"
+PY="${PYTHON:-python3}"
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+mode="${1:-}"
+[ $# -gt 0 ] && shift
+
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  "$PY" -m venv .venv
+fi
+VPY=.venv/bin/python
+
+if [ "$(cat .venv/.llama-cpp-build 2>/dev/null)" != "$BUILD_KEY" ] || ! "$VPY" -c 'import llama_cpp' 2>/dev/null; then
+  if ! ls "$WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    say "building llama-cpp-python ${LLAMA_CPP_VERSION} with AMX off (takes ~6 minutes on 2 cores)"
+    mkdir -p "$WHEELS.tmp"
+    CMAKE_ARGS="$CMAKE_FLAGS" "$VPY" -m pip wheel -q --no-deps --no-cache-dir \
+      "llama-cpp-python==${LLAMA_CPP_VERSION}" -w "$WHEELS.tmp"
+    mv "$WHEELS.tmp" "$WHEELS"
+  fi
+  say "installing llama-cpp-python from $WHEELS"
+  "$VPY" -m pip install -q --force-reinstall --no-cache-dir "$WHEELS"/llama_cpp_python-*.whl
+  printf '%s' "$BUILD_KEY" > .venv/.llama-cpp-build
+fi
+
+if [ "$mode" = test ]; then
+  "$VPY" -m pip install -q -e '.[test]'
+else
+  "$VPY" -m pip install -q -e .
+fi
+
+case "$mode" in
+  serve) exec .venv/bin/llamay serve "$@" ;;
+  test)
+    say "ruff"; .venv/bin/ruff check llamay tests bench
+    say "mypy"; .venv/bin/mypy
+    exec "$VPY" -m pytest "$@" ;;
+  "") say "installed; run .venv/bin/llamay" ;;
+  *) say "unknown mode '$mode' (use: serve, test)"; exit 2 ;;
+esac

@@ -1,0 +1,261 @@
+"""The OpenAI API of a real `llamay serve` process on a tiny generated model, driven with the
+official `openai` client (and raw HTTP where a client would refuse to send bad input)."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.serverproc import ServerProc, start_server
+
+PROMPT = [{"role": "user", "content": "Tell me about the weather in the mountains."}]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
+    home = tmp_path_factory.mktemp("home")
+    with start_server(tiny_model_path, "-concurrency", "8", "-ctx", "2048", home=home) as s:
+        yield s
+
+
+@pytest.fixture()
+def client(server: ServerProc) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=60)
+
+
+def greedy(client: openai.OpenAI, messages: list[dict], n: int = 30, **kw: object) -> str:
+    r = client.chat.completions.create(model="", messages=messages, temperature=0, max_tokens=n, **kw)
+    return r.choices[0].message.content or ""
+
+
+def streamed(client: openai.OpenAI, **kw: object) -> tuple[str, list[str], str | None]:
+    parts: list[str] = []
+    finish = None
+    for chunk in client.chat.completions.create(model="", stream=True, **kw):
+        for c in chunk.choices:
+            if c.delta.content:
+                parts.append(c.delta.content)
+            finish = c.finish_reason or finish
+    return "".join(parts), parts, finish
+
+
+def test_stream_and_non_stream_give_the_same_text(client: openai.OpenAI) -> None:
+    whole = client.chat.completions.create(model="", messages=PROMPT, temperature=0, max_tokens=40)
+    text, parts, finish = streamed(client, messages=PROMPT, temperature=0, max_tokens=40)
+    assert len(text) > 20 and len(parts) > 5
+    assert text == whole.choices[0].message.content
+    assert finish == whole.choices[0].finish_reason == "length"
+    assert whole.usage is not None and whole.usage.completion_tokens == 40
+
+
+def test_same_seed_same_text(client: openai.OpenAI) -> None:
+    kw = dict(messages=PROMPT, temperature=1.0, max_tokens=30)
+    a = client.chat.completions.create(model="", seed=1234, **kw).choices[0].message.content
+    b = client.chat.completions.create(model="", seed=1234, **kw).choices[0].message.content
+    others = {
+        client.chat.completions.create(model="", seed=s, **kw).choices[0].message.content for s in (1, 2, 3)
+    }
+    assert a == b
+    assert len(others | {a}) > 1  # the seed really drives sampling
+
+
+def test_greedy_alone_equals_greedy_among_seven_others(client: openai.OpenAI) -> None:
+    alone = greedy(client, PROMPT, 40)
+    others = [[{"role": "user", "content": f"Question {i}: what is {i} plus {i}?"}] for i in range(7)]
+    with cf.ThreadPoolExecutor(8) as pool:
+        futs = [pool.submit(greedy, client, m, 60) for m in others]
+        time.sleep(0.05)  # let the others start generating first
+        mine = pool.submit(greedy, client, PROMPT, 40)
+        results = [f.result() for f in futs]
+    assert mine.result() == alone
+    assert len(set(results)) > 1
+
+
+def test_seeded_sampling_is_independent_of_batch(client: openai.OpenAI) -> None:
+    kw = dict(model="", messages=PROMPT, temperature=0.9, max_tokens=30, seed=77)
+    alone = client.chat.completions.create(**kw).choices[0].message.content
+    with cf.ThreadPoolExecutor(6) as pool:
+        noise = [
+            pool.submit(greedy, client, [{"role": "user", "content": f"noise {i}"}], 50) for i in range(5)
+        ]
+        mine = pool.submit(lambda: client.chat.completions.create(**kw).choices[0].message.content)
+        [f.result() for f in noise]
+    assert mine.result() == alone
+
+
+def test_stop_string_split_across_tokens_is_cut_and_never_streamed(client: openai.OpenAI) -> None:
+    full = greedy(client, PROMPT, 40)
+    stop = full[12:17]  # a piece from the middle: with byte-level tokens it spans several tokens
+    assert len(stop.strip()) >= 2
+    cut = full[: full.index(stop)]
+    r = client.chat.completions.create(model="", messages=PROMPT, temperature=0, max_tokens=40, stop=[stop])
+    assert r.choices[0].message.content == cut and r.choices[0].finish_reason == "stop"
+    text, parts, finish = streamed(client, messages=PROMPT, temperature=0, max_tokens=40, stop=[stop])
+    assert text == cut and finish == "stop"
+    assert all(stop not in p for p in parts)
+
+
+def test_usage_counts_are_exact(client: openai.OpenAI, server: ServerProc) -> None:
+    tokens = [5, 6, 7, 8, 9, 10, 11]
+    r = client.completions.create(model="", prompt=tokens, max_tokens=9, temperature=0)
+    assert r.usage is not None
+    assert r.usage.prompt_tokens == 7 and r.usage.completion_tokens == 9 and r.usage.total_tokens == 16
+    chunks = list(
+        client.chat.completions.create(
+            model="",
+            messages=PROMPT,
+            max_tokens=12,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            logprobs=True,
+        )
+    )
+    assert chunks[-1].usage is not None and chunks[-1].choices == []
+    n_lp = sum(len(c.choices[0].logprobs.content) for c in chunks if c.choices and c.choices[0].logprobs)
+    assert chunks[-1].usage.completion_tokens == n_lp == 12
+
+
+def test_n_choices_and_logprobs(client: openai.OpenAI) -> None:
+    r = client.chat.completions.create(
+        model="", messages=PROMPT, n=3, max_tokens=10, temperature=1.0, seed=5, logprobs=True, top_logprobs=2
+    )
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    for c in r.choices:
+        lp = c.logprobs.content
+        assert len(lp) == 10
+        for entry in lp:
+            assert entry.logprob <= 0 and len(entry.top_logprobs) == 2
+            assert entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob
+    assert r.usage.completion_tokens == 30
+
+
+def test_completions_echo_and_stream(client: openai.OpenAI) -> None:
+    whole = client.completions.create(model="", prompt="The river", max_tokens=15, temperature=0)
+    parts = [
+        c.choices[0].text
+        for c in client.completions.create(
+            model="", prompt="The river", max_tokens=15, temperature=0, stream=True
+        )
+        if c.choices
+    ]
+    assert "".join(parts) == whole.choices[0].text
+    echoed = client.completions.create(model="", prompt="The river", max_tokens=15, temperature=0, echo=True)
+    assert echoed.choices[0].text == "The river" + whole.choices[0].text
+
+
+def test_models_and_health(client: openai.OpenAI, server: ServerProc) -> None:
+    ids = [m.id for m in client.models.list()]
+    assert ids and ids[0].startswith("tiny")
+    health = httpx.get(server.base + "/health").json()
+    assert health["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "body, status, needle",
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b"", 400, "empty"),
+        (b"[1,2]", 400, "JSON object"),
+        (b'{"messages": "hi"}', 400, "messages"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "temperature": "warm"}', 400, "temperature"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}', 400, "max_tokens"),
+        (b'{"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}', 404, "no-such-model"),
+        (
+            b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}',
+            400,
+            "images",
+        ),
+    ],
+)
+def test_bad_input_gets_a_clear_4xx(server: ServerProc, body: bytes, status: int, needle: str) -> None:
+    r = httpx.post(
+        server.url + "/chat/completions", content=body, headers={"content-type": "application/json"}
+    )
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert needle in err["message"] and err["type"]
+    assert httpx.get(server.base + "/health").status_code == 200
+
+
+def test_prompt_longer_than_context_is_a_400(client: openai.OpenAI, server: ServerProc) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="", prompt=list(range(5, 205)) * 11, max_tokens=5)
+    assert "context" in str(e.value) and e.value.code == "context_length_exceeded"
+    assert greedy(client, PROMPT, 5)  # still serving
+
+
+def test_unknown_route_and_method(server: ServerProc) -> None:
+    assert httpx.get(server.base + "/v1/nothing").status_code == 404
+    r = httpx.get(server.url + "/chat/completions")
+    assert r.status_code == 405 and "not allowed" in r.json()["error"]["message"]
+
+
+def test_disconnect_mid_stream_frees_kv(server: ServerProc) -> None:
+    def health() -> dict:
+        return httpx.get(server.base + "/health").json()["models"][0]
+
+    aborted_before = health()["aborted"]
+    # End-of-generation tokens banned: only the disconnect can end this request early.
+    body = {
+        "messages": PROMPT,
+        "max_tokens": 1900,
+        "stream": True,
+        "temperature": 0,
+        "logit_bias": {"0": -100, "1": -100, "2": -100},
+    }
+    with httpx.Client(timeout=30) as c, c.stream("POST", server.url + "/chat/completions", json=body) as r:
+        got = 0
+        for line in r.iter_lines():
+            got += line.startswith("data:")
+            if got > 5:
+                mid = health()
+                break
+    assert mid["running"] == 1 and mid["kv_cells"] > 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        m = health()
+        if m["running"] == 0:
+            break
+        time.sleep(0.05)
+    assert m["running"] == 0 and m["kv_cells"] == 0
+    assert m["aborted"] == aborted_before + 1
+
+
+def test_context_full_finishes_with_length(tiny_model_path: Path, tmp_path: Path) -> None:
+    with start_server(tiny_model_path, "-ctx", "128", home=tmp_path) as s:
+        n_ctx = httpx.get(s.base + "/health").json()["models"][0]["context"]
+        assert 128 <= n_ctx <= 512  # llama.cpp may round the size up
+        c = openai.OpenAI(base_url=s.url, api_key="x", max_retries=0)
+        r = c.completions.create(
+            model="",
+            prompt=list(range(5, 105)),
+            max_tokens=5000,
+            temperature=0,
+            logit_bias={str(t): -100 for t in range(3)},
+        )
+        assert r.choices[0].finish_reason == "length"
+        assert r.usage.prompt_tokens + r.usage.completion_tokens == n_ctx
+        assert s.alive()
+
+
+def test_queue_full_gets_503_with_retry_after(tiny_model_path: Path, tmp_path: Path) -> None:
+    with start_server(tiny_model_path, "-concurrency", "1", "-queue", "1", home=tmp_path) as s:
+        body = {"messages": PROMPT, "max_tokens": 300, "temperature": 0}
+
+        def post() -> httpx.Response:
+            return httpx.post(s.url + "/chat/completions", json=body, timeout=60)
+
+        with cf.ThreadPoolExecutor(4) as pool:
+            responses = [f.result() for f in [pool.submit(post) for _ in range(4)]]
+        codes = sorted(r.status_code for r in responses)
+        assert codes.count(200) >= 2 and 503 in codes
+        busy = next(r for r in responses if r.status_code == 503)
+        assert busy.headers["retry-after"].isdigit() and "queue" in busy.json()["error"]["message"]
+        assert post().status_code == 200
