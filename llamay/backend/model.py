@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -61,6 +63,8 @@ class Model:
         self.eos_id = int(llama_cpp.llama_vocab_eos(self.vocab))
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
         self.info = self._read_info()
+        self._ll_tokenizer: Any = None
+        self._ll_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -100,6 +104,16 @@ class Model:
         if add_special and self.add_bos and len(ids) >= 2 and ids[0] == ids[1] == self.bos_id:
             ids = ids[1:]
         return ids
+
+    @property
+    def ll_tokenizer(self) -> Any:
+        """This vocabulary as an llguidance tokenizer, built once (~0.25 s for 49k tokens)."""
+        with self._ll_lock:
+            if self._ll_tokenizer is None:
+                from llguidance.llamacpp import lltokenizer_from_vocab
+
+                self._ll_tokenizer = lltokenizer_from_vocab(self.vocab, n_vocab=self.n_vocab)
+            return self._ll_tokenizer
 
     def piece(self, token: int) -> bytes:
         """The bytes one token stands for (special tokens render as their text)."""

@@ -152,10 +152,14 @@ class Engine:
             if seed is None:
                 seed = secrets.randbits(63)
             try:
-                seq = Sequence(handle, sink, self._free_ids.pop(), self.model.n_vocab, seed)
+                seq = Sequence(handle, sink, self._free_ids[-1], self.model.n_vocab, seed)
+                plan = handle.request.constraint
+                if plan is not None and not plan.lazy:
+                    seq.activate(self.model.ll_tokenizer)
             except Exception as exc:
                 self._safe_sink(sink, ErrorEvent(exc))
                 continue
+            self._free_ids.pop()
             self._running.append(seq)
             self.stats.requests += 1
             used += need
@@ -181,7 +185,8 @@ class Engine:
                 rows.append((s, row))
         t0 = time.perf_counter()
         status = self.ctx.decode()
-        self.stats.decode_seconds += time.perf_counter() - t0
+        spent = time.perf_counter() - t0
+        self.stats.decode_seconds += spent
         self.stats.steps += 1
         if status == DecodeStatus.NO_KV_SLOT:
             self._relieve_kv(plan_seqs=[self._running[sl.index] for sl in plan])
@@ -190,6 +195,7 @@ class Engine:
             raise EngineError(f"llama_decode failed with status {status}")
         for sl in plan:
             self._running[sl.index].n_past += sl.count
+            self._running[sl.index].decode_seconds += spent
         for s, row in rows:
             sample_step(self, s, row)
         self._running = [s for s in self._running if not s.done]
@@ -231,6 +237,9 @@ class Engine:
             "prompt_ms": (t_first - s.t_admit) * 1000.0,
             "generate_ms": (now - t_first) * 1000.0,
             "queue_ms": (s.t_admit - s.handle.submitted) * 1000.0,
+            "decode_ms": s.decode_seconds * 1000.0,
+            "mask_steps": s.mask_steps,
+            "mask_ms": s.mask_seconds * 1000.0,
         }
         tail = "" if reason == "abort" else s.text.flush()
         usage = Usage(s.n_prompt, n_gen, s.n_cached)

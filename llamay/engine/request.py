@@ -11,21 +11,46 @@ from typing import Any
 
 from ..types import Event, SamplingParams, StopSpec
 
-__all__ = ["GenerateRequest", "Handle", "Sink"]
+__all__ = ["ConstraintPlan", "GenerateRequest", "Handle", "Sink"]
 
 Sink = Callable[[Event], None]
 _ids = itertools.count(1)
 
 
 @dataclass(frozen=True)
+class ConstraintPlan:
+    """When and how output is constrained.
+
+    `grammar` (a llamay.grammar.Grammar) constrains the text from activation on. With no
+    trigger the constraint is active from the first generated token. Otherwise it switches
+    on lazily, right after the model samples one of `trigger_tokens` (a real special token,
+    so the same text quoted in content never triggers) or, for formats without such a
+    token, once the generated text ends with `trigger_text`; the grammar then describes
+    what follows the trigger. Before activation sampling is free (thinking, prose).
+    `budget_token`, with `budget`, forces that token (e.g. the end of thinking) once
+    `budget` tokens were generated without activation.
+    """
+
+    grammar: Any
+    trigger_tokens: frozenset[int] = frozenset()
+    trigger_text: str | None = None
+    budget: int | None = None
+    budget_token: int | None = None
+    label: str = "grammar"
+
+    @property
+    def lazy(self) -> bool:
+        return bool(self.trigger_tokens) or self.trigger_text is not None
+
+
+@dataclass(frozen=True)
 class GenerateRequest:
-    """One generation. `tokens` is the full prompt. `constraint` is a grammar constraint
-    object (see llamay.grammar) or None. The engine never knows which API asked."""
+    """One generation. `tokens` is the full prompt. The engine never knows which API asked."""
 
     tokens: list[int]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: StopSpec = field(default_factory=StopSpec)
-    constraint: Any = None
+    constraint: ConstraintPlan | None = None
     id: int = field(default_factory=lambda: next(_ids))
 
 

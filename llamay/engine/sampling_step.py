@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from ..types import TokenEvent, TopLogprob
+from ..types import FinishReason, TokenEvent, TopLogprob
+from .sampler import Sample
 from .sequence import Sequence
 
 if TYPE_CHECKING:
@@ -17,12 +18,8 @@ __all__ = ["sample_step"]
 def sample_step(engine: Engine, s: Sequence, row: int) -> None:
     """Sample the next token of `s` from batch row `row` and publish it."""
     model = engine.model
-    logits = engine.ctx.logits(row)
-    mask = s.constraint.mask() if s.constraint is not None else None
-    try:
-        sample = s.sampler.sample(logits, mask)
-    except ValueError as exc:  # nothing allowed: the constraint reached a dead end
-        engine._finish(s, "error", f"no token can continue the required format: {exc}")
+    sample = _sample(engine, s, row)
+    if sample is None:
         return
     token = sample.token
     if s.t_first is None:
@@ -34,17 +31,54 @@ def sample_step(engine: Engine, s: Sequence, row: int) -> None:
     s.sampler.accept(token)
     s.tokens.append(token)
     if s.constraint is not None and not s.constraint.consume(token):
-        engine._finish(s, "error", "the sampled token was rejected by the required format")
+        engine._finish(s, "error", f"the output left the required format: {s.constraint.error}")
         return
     piece = model.piece(token)
     push = s.text.push(piece)
+    if s.plan is not None and s.triggered(token):
+        s.activate(model.ll_tokenizer)
     top = tuple(TopLogprob(t, model.piece(t), lp) for t, lp in sample.top)
     engine._safe_sink(s.sink, TokenEvent(token, push.text, sample.logprob, top, piece))
-    if push.stopped:
-        engine._finish(s, "stop")
+    _check_end(engine, s, stopped=push.stopped)
+
+
+def _sample(engine: Engine, s: Sequence, row: int) -> Sample | None:
+    forced = s.budget_token()
+    if forced is not None:
+        return Sample(forced)
+    logits = engine.ctx.logits(row)
+    if s.constraint is None:
+        return s.sampler.sample(logits)
+    assert s.mask is not None
+    t0 = time.perf_counter()
+    s.constraint.fill_mask(s.mask)
+    try:
+        sample = s.sampler.sample(logits, s.mask)
+    except ValueError as exc:  # the mask allows nothing the model can produce
+        engine._finish(s, "error", f"no token can continue the required format: {exc}")
+        return None
+    s.mask_seconds += time.perf_counter() - t0
+    s.mask_steps += 1
+    return sample
+
+
+def _check_end(engine: Engine, s: Sequence, *, stopped: bool) -> None:
+    spec = s.request.stop
+    inside = s.constraint is not None and not s.constraint.is_accepting()
+    reason: FinishReason | None = None
+    message = None
+    if stopped:
+        reason = "stop"
     elif spec.max_tokens is not None and s.n_generated >= spec.max_tokens:
-        engine._finish(s, "length")
+        reason = "length"
+        if inside:
+            message = "max_tokens ended generation inside the required format; the output is incomplete"
     elif s.n_tokens >= engine.n_ctx:
-        engine._finish(s, "length", f"the context is full ({engine.n_ctx} tokens)")
+        reason = "length"
+        message = f"the context is full ({engine.n_ctx} tokens)"
+        if inside:
+            message += "; generation ended inside the required format, the output is incomplete"
     elif s.constraint is not None and s.constraint.is_stopped():
-        engine._finish(s, "stop")
+        reason = "stop"
+    if reason is not None:
+        engine._finish(s, reason, message)

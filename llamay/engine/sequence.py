@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
+import numpy as np
+
+from ..grammar import Constraint, allocate_mask
 from ..types import SamplingParams
-from .request import GenerateRequest, Handle, Sink
+from .request import ConstraintPlan, GenerateRequest, Handle, Sink
 from .sampler import Sampler
 from .textstream import TextStream
 
@@ -29,10 +33,36 @@ class Sequence:
         params: SamplingParams = req.sampling
         self.sampler = Sampler(params, n_vocab, seed, req.tokens)
         self.text = TextStream(req.stop.stop)
-        self.constraint = req.constraint
+        self.plan: ConstraintPlan | None = req.constraint
+        self.constraint: Constraint | None = None
+        self.mask: np.ndarray | None = None
+        self.mask_steps = 0
+        self.mask_seconds = 0.0
+        self.decode_seconds = 0.0
         self.t_admit = time.perf_counter()
         self.t_first: float | None = None
         self.done = False
+
+    def activate(self, tokenizer: Any) -> None:
+        """Switch the constraint on (from now on every token is masked)."""
+        assert self.plan is not None
+        self.constraint = Constraint(self.plan.grammar, tokenizer)
+        self.mask = allocate_mask(tokenizer)
+
+    def budget_token(self) -> int | None:
+        """The token to force now because the unconstrained budget ran out, if any."""
+        plan = self.plan
+        if plan is None or self.constraint is not None or plan.budget is None or plan.budget_token is None:
+            return None
+        return plan.budget_token if self.n_generated >= plan.budget else None
+
+    def triggered(self, token: int) -> bool:
+        plan = self.plan
+        if plan is None or self.constraint is not None:
+            return False
+        if token in plan.trigger_tokens:
+            return True
+        return plan.trigger_text is not None and self.text.text.endswith(plan.trigger_text)
 
     @property
     def n_tokens(self) -> int:

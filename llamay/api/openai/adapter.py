@@ -8,7 +8,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from ...engine.request import GenerateRequest
+from ...engine.request import ConstraintPlan, GenerateRequest
 from ...types import FinishEvent, SamplingParams, StopSpec, TokenEvent, Usage
 from .schemas import Common
 
@@ -30,9 +30,14 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(12)}"
 
 
-def requests_for(tokens: list[int], common: Common, n_ctx: int) -> list[GenerateRequest]:
+def requests_for(
+    tokens: list[int], common: Common, n_ctx: int, plan: ConstraintPlan | None = None
+) -> list[GenerateRequest]:
     """One engine request per choice. With a seed, choice i uses seed + i so that n > 1
-    gives different texts that are still reproducible."""
+    gives different texts that are still reproducible. `plan` defaults to the request's
+    grammar, active from the first token."""
+    if plan is None and common.grammar is not None:
+        plan = ConstraintPlan(common.grammar)
     max_tokens = common.max_tokens
     if max_tokens is not None:
         max_tokens = min(max_tokens, max(1, n_ctx - len(tokens)))
@@ -42,12 +47,19 @@ def requests_for(tokens: list[int], common: Common, n_ctx: int) -> list[Generate
         sampling: SamplingParams = common.sampling
         if sampling.seed is not None and i:
             sampling = replace(sampling, seed=sampling.seed + i)
-        out.append(GenerateRequest(tokens=list(tokens), sampling=sampling, stop=stop))
+        out.append(GenerateRequest(tokens=list(tokens), sampling=sampling, stop=stop, constraint=plan))
     return out
 
 
 def finish_reason(event: FinishEvent) -> str:
-    return {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}.get(event.reason, "stop")
+    """OpenAI's reasons, plus "error" when the engine had to end a choice it could not
+    complete (the message says why)."""
+    return {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}.get(event.reason, "error")
+
+
+def finish_extra(event: FinishEvent) -> dict[str, Any]:
+    """Why a choice ended early, when there is more to say than the reason."""
+    return {"finish_message": event.message} if event.message else {}
 
 
 def usage_json(usages: list[Usage]) -> dict[str, Any]:
@@ -102,6 +114,7 @@ def chat_response(
                 if events is not None
                 else None,
                 "finish_reason": finish_reason(fin),
+                **finish_extra(fin),
             }
             for i, (text, fin, events) in enumerate(choices)
         ],
@@ -177,6 +190,7 @@ def completion_response(
                 "text": text,
                 "logprobs": completion_logprobs_json(events, prefix_len) if events is not None else None,
                 "finish_reason": finish_reason(fin),
+                **finish_extra(fin),
             }
             for i, (text, fin, events) in enumerate(choices)
         ],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,6 +13,7 @@ from starlette.routing import Route
 
 from ...engine.client import EventStream, merge, submit_all
 from ...errors import EngineError, InvalidRequest
+from ...grammar import compile_cached
 from ...runtime import LoadedModel, Runtime
 from ...types import ErrorEvent, FinishEvent, TokenEvent, Usage
 from ..http import json_response, read_json, sse_frame, sse_response, until_disconnect
@@ -28,6 +30,14 @@ def chat_prompt(lm: LoadedModel, req: ChatRequest) -> list[int]:
     text = lm.template.render(req.messages, add_generation_prompt=True, **req.chat_template_kwargs)
     text = lm.template.strip_bos_eos(text, add_bos=lm.model.add_bos)
     return lm.model.tokenize(text, add_special=True, parse_special=True)
+
+
+async def check_grammar(lm: LoadedModel, common: Common) -> None:
+    """Compile the request's grammar for this model's vocabulary before anything is queued,
+    so a grammar llguidance refuses is a 400, not a failed generation. Off the event loop:
+    the first compile also builds the model's llguidance tokenizer."""
+    if common.grammar is not None:
+        await asyncio.to_thread(compile_cached, common.grammar, lm.model.ll_tokenizer)
 
 
 def completion_prompt(lm: LoadedModel, prompt: str | list[int]) -> list[int]:
@@ -65,6 +75,7 @@ async def chat_completions(request: Request) -> Response:
     req = parse_chat(await read_json(request))
     lm = runtime.get(req.common.model)
     tokens = chat_prompt(lm, req)
+    await check_grammar(lm, req.common)
     streams = submit_all(lm.engine, adapter.requests_for(tokens, req.common, lm.engine.n_ctx))
     rid = adapter.new_id("chatcmpl")
     if req.common.stream:
@@ -123,6 +134,7 @@ async def completions(request: Request) -> Response:
     if req.common.stream and len(req.prompts) > 1:
         raise InvalidRequest("streaming supports one prompt per request", param="prompt")
     prompts = [completion_prompt(lm, p) for p in req.prompts]
+    await check_grammar(lm, req.common)
     rid = adapter.new_id("cmpl")
     want_lp = req.logprobs is not None
     if req.common.stream:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import InvalidRequest
+from ...grammar import Grammar
 from ...types import SamplingParams
 from ..fields import Fields
 
@@ -26,6 +27,7 @@ class Common:
     n: int
     stop: tuple[str, ...]
     sampling: SamplingParams
+    grammar: Grammar | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,46 @@ def _common(f: Fields, *, default_max: int | None, logprobs: int) -> Common:
         logprobs=logprobs > 0,
         top_logprobs=max(0, logprobs - 1) if logprobs else 0,
     )
-    return Common(model, stream, include_usage, max_tokens, n, _stop(f), sampling.validate())
+    return Common(model, stream, include_usage, max_tokens, n, _stop(f), sampling.validate(), _grammar(f))
+
+
+def _grammar(f: Fields) -> Grammar | None:
+    """`response_format` (OpenAI), or llama.cpp-style `grammar` (GBNF) / `regex`: at most one.
+    Anything that cannot be enforced is a GrammarError (400) naming what and where."""
+    given = [k for k in ("response_format", "grammar", "regex") if f.raw(k) is not None]
+    if len(given) > 1:
+        raise InvalidRequest(f"give only one of {', '.join(given)}", param=given[1])
+    if f.raw("grammar") is not None:
+        return Grammar.from_gbnf(f.text("grammar"), param="grammar")
+    if f.raw("regex") is not None:
+        return Grammar.from_regex(f.text("regex"), param="regex")
+    fmt = f.obj("response_format")
+    if fmt is None:
+        return None
+    ff = Fields(fmt, "response_format")
+    kind = ff.text("type", required=True)
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return Grammar.json_object()
+    if kind == "json_schema":
+        spec = Fields(ff.obj("json_schema") or {}, "response_format.json_schema")
+        schema = spec.raw("schema")
+        if schema is None:
+            raise InvalidRequest(
+                "'response_format.json_schema.schema' is required", param="response_format.json_schema.schema"
+            )
+        if not isinstance(schema, dict | bool):
+            raise InvalidRequest(
+                "'response_format.json_schema.schema' must be a JSON schema object",
+                param="response_format.json_schema.schema",
+            )
+        spec.flag("strict", False)  # type-checked only: every schema is enforced in full, or refused
+        return Grammar.from_json_schema(schema, strict=True)
+    raise InvalidRequest(
+        f"'response_format.type' must be one of text, json_object, json_schema (got {kind!r})",
+        param="response_format.type",
+    )
 
 
 def parse_chat(body: Any) -> ChatRequest:
