@@ -67,11 +67,11 @@ def load_model(name: str, path: Path, config: RuntimeConfig, sha256: str | None 
     try:
         n_ctx = config.ctx or min(model.info.n_ctx_train or 8192, 8192)
         threads = config.threads or default_threads()
-        # One spare sequence id beyond the running cap keeps ids free for KV bookkeeping.
         ctx_config = ContextConfig(
             n_ctx=n_ctx,
             n_batch=min(config.batch, n_ctx),
-            n_seq_max=max(1, config.concurrency),
+            # Running requests plus as many again (at least 16) for cached prefixes.
+            n_seq_max=min(256, config.concurrency + max(16, config.concurrency)),
             n_threads=threads,
             n_threads_batch=threads,
             type_kv=config.kv_type,

@@ -35,6 +35,7 @@ async def health(request: Request) -> Response:
             "waiting": m.engine.queue_depth,
             "context": m.engine.n_ctx,
             "kv_cells": m.engine.kv_used(),
+            "cache_cells": m.engine.cache_used(),
             "requests": m.engine.stats.requests,
             "aborted": m.engine.stats.aborted,
         }

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ..backend.context import Context, DecodeStatus
 from ..backend.model import Model
 from ..errors import ContextOverflow, EngineError, InvalidRequest, Overloaded
+from ..kv.pool import SeqPool
 from ..types import ErrorEvent, FinishEvent, FinishReason, TokenEvent, Usage
 from .request import GenerateRequest, Handle, Sink
 from .sampling_step import sample_step
@@ -58,9 +59,11 @@ class Engine:
         self._cond = threading.Condition()
         self._waiting: deque[tuple[Handle, Sink]] = deque()
         self._running: list[Sequence] = []
-        self._free_ids = list(range(min(ctx.n_seq_max, self.config.concurrency)))[::-1]
+        # Ids beyond the running cap hold finished sequences as a prefix cache.
+        self.pool = SeqPool(ctx.n_seq_max, ctx)
         self._closing = False
         self._kv_cells = 0
+        self._cache_cells = 0
         self._thread = threading.Thread(target=self._loop, name="llamay-engine", daemon=True)
         self._thread.start()
 
@@ -104,8 +107,12 @@ class Engine:
         return len(self._running)
 
     def kv_used(self) -> int:
-        """KV positions llama.cpp holds over all sequences, as measured after the last step."""
+        """KV positions llama.cpp holds for running requests, measured after the last step."""
         return self._kv_cells
+
+    def cache_used(self) -> int:
+        """KV positions kept by the prefix cache (shared cells counted once per holder)."""
+        return self._cache_cells
 
     def close(self) -> None:
         """Stop the loop: running and waiting requests finish with reason 'abort'."""
@@ -132,13 +139,19 @@ class Engine:
             except Exception as exc:  # the loop must survive anything one batch does
                 log.exception("engine step failed; failing the running requests")
                 self._fail_all(exc)
-            self._kv_cells = sum(self.ctx.seq_pos_max(i) + 1 for i in range(self.ctx.n_seq_max))
+            self._measure_kv()
         self._shutdown()
+
+    def _measure_kv(self) -> None:
+        running = {s.seq_id for s in self._running}
+        held = {i: self.ctx.seq_pos_max(i) + 1 for i in range(self.ctx.n_seq_max)}
+        self._kv_cells = sum(n for i, n in held.items() if i in running or (i not in self.pool.entries and n))
+        self._cache_cells = sum(n for i, n in held.items() if i in self.pool.entries)
 
     def _admit(self) -> None:
         """Move waiting requests into running sequences while slots and KV allow (lock held)."""
         used = sum(s.n_tokens for s in self._running)
-        while self._waiting and self._free_ids:
+        while self._waiting and len(self._running) < self.config.concurrency:
             handle, sink = self._waiting[0]
             if handle.aborted:
                 self._waiting.popleft()
@@ -147,19 +160,24 @@ class Engine:
             need = len(handle.request.tokens) + 1
             if self._running and used + need > self.n_ctx:
                 break  # wait until running requests free KV
+            seq_id = self.pool.acquire()
+            if seq_id is None:
+                break
             self._waiting.popleft()
             seed = handle.request.sampling.seed
             if seed is None:
                 seed = secrets.randbits(63)
             try:
-                seq = Sequence(handle, sink, self._free_ids[-1], self.model.n_vocab, seed)
+                seq = Sequence(handle, sink, seq_id, self.model.n_vocab, seed)
                 plan = handle.request.constraint
                 if plan is not None and not plan.lazy:
                     seq.activate(self.model.ll_tokenizer)
             except Exception as exc:
+                self.pool.release(seq_id)
                 self._safe_sink(sink, ErrorEvent(exc))
                 continue
-            self._free_ids.pop()
+            # The last prompt token is always recomputed: its logits start generation.
+            seq.n_past = seq.n_cached = self.pool.attach(seq_id, seq.tokens, len(seq.tokens) - 1)
             self._running.append(seq)
             self.stats.requests += 1
             used += need
@@ -203,12 +221,13 @@ class Engine:
     def _relieve_kv(self, plan_seqs: list[Sequence]) -> None:
         """The KV cache is full. Put back a request still reading its prompt if there is
         one (it is recomputed later); otherwise end the longest with reason 'length'."""
+        if self.pool.evict_one():
+            return  # cached prefixes go first; the step is retried
         prefilling = [s for s in plan_seqs if s.prefilling and s.n_generated == 0]
         if prefilling and len(self._running) > 1:
             victim = prefilling[-1]
-            self.ctx.seq_rm(victim.seq_id)
             self._running.remove(victim)
-            self._free_ids.append(victim.seq_id)
+            self.pool.release(victim.seq_id)
             with self._cond:
                 self._waiting.appendleft((victim.handle, victim.sink))
             log.info("KV cache full: request %d put back in the queue", victim.request.id)
@@ -224,8 +243,10 @@ class Engine:
         if s.done:
             return
         s.done = True
-        self.ctx.seq_rm(s.seq_id)
-        self._free_ids.append(s.seq_id)
+        if reason in ("stop", "length") and s.n_past > 0:
+            self.pool.keep(s.seq_id, s.tokens[: s.n_past])
+        else:
+            self.pool.release(s.seq_id)
         if reason == "abort":
             self.stats.aborted += 1
         now = time.perf_counter()
@@ -252,8 +273,7 @@ class Engine:
     def _fail_all(self, exc: Exception) -> None:
         for s in self._running:
             s.done = True
-            self.ctx.seq_rm(s.seq_id)
-            self._free_ids.append(s.seq_id)
+            self.pool.release(s.seq_id)
             self._safe_sink(s.sink, ErrorEvent(exc))
         self._running = []
 

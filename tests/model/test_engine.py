@@ -27,7 +27,7 @@ def model(tiny_model_path: Path) -> Iterator[Model]:
 
 
 def make_engine(model: Model, n_ctx: int = 1024, concurrency: int = 4, max_queue: int = 16) -> Engine:
-    ctx = Context(model, ContextConfig(n_ctx=n_ctx, n_batch=256, n_seq_max=concurrency))
+    ctx = Context(model, ContextConfig(n_ctx=n_ctx, n_batch=256, n_seq_max=2 * concurrency))
     return Engine(model, ctx, EngineConfig(concurrency=concurrency, max_queue=max_queue))
 
 
@@ -160,6 +160,8 @@ def test_close_finishes_waiting_and_running(model: Model) -> None:
     engine = make_engine(model, concurrency=1)
     finishes: list[FinishEvent] = []
     for _ in range(3):
-        engine.submit(greedy([5, 6, 7], 2000), lambda ev: finishes.append(ev) if isinstance(ev, FinishEvent) else None)
+        engine.submit(
+            greedy([5, 6, 7], 2000), lambda ev: finishes.append(ev) if isinstance(ev, FinishEvent) else None
+        )
     engine.close()
     assert len(finishes) == 3 and all(f.reason == "abort" for f in finishes)

@@ -66,15 +66,19 @@ def test_same_seed_same_text(client: openai.OpenAI) -> None:
 
 
 def test_greedy_alone_equals_greedy_among_seven_others(client: openai.OpenAI) -> None:
+    others = [
+        [{"role": "user", "content": f"Question {i}: what is {i} plus {i}? Say it {'again ' * i}"}]
+        for i in range(7)
+    ]
     alone = greedy(client, PROMPT, 40)
-    others = [[{"role": "user", "content": f"Question {i}: what is {i} plus {i}?"}] for i in range(7)]
+    others_alone = [greedy(client, m, 60) for m in others]
     with cf.ThreadPoolExecutor(8) as pool:
         futs = [pool.submit(greedy, client, m, 60) for m in others]
         time.sleep(0.05)  # let the others start generating first
         mine = pool.submit(greedy, client, PROMPT, 40)
         results = [f.result() for f in futs]
     assert mine.result() == alone
-    assert len(set(results)) > 1
+    assert results == others_alone
 
 
 def test_seeded_sampling_is_independent_of_batch(client: openai.OpenAI) -> None:

@@ -1,0 +1,68 @@
+"""The automatic prefix cache through a real server: exact cached_tokens, and a hit never
+changes output."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.serverproc import ServerProc, start_server
+
+SYSTEM = "You are a careful assistant. " * 30
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
+    with start_server(tiny_model_path, "-ctx", "4096", home=tmp_path_factory.mktemp("home")) as s:
+        yield s
+
+
+@pytest.fixture()
+def client(server: ServerProc) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url, api_key="x", max_retries=0, timeout=60)
+
+
+def ask(client: openai.OpenAI, messages: list[dict], n: int = 20) -> tuple[str, int, int]:
+    r = client.chat.completions.create(model="", messages=messages, temperature=0, max_tokens=n)
+    u = r.usage
+    return r.choices[0].message.content or "", u.prompt_tokens, u.prompt_tokens_details.cached_tokens
+
+
+def tokens_of(server: ServerProc, text: str) -> int:
+    r = httpx.post(server.url + "/completions", json={"prompt": text, "max_tokens": 1}).json()
+    return int(r["usage"]["prompt_tokens"])
+
+
+def test_shared_system_prompt_is_reused_exactly(
+    client: openai.OpenAI, tiny_model_path: Path, tmp_path: Path
+) -> None:
+    first = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "first question"}]
+    second = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "another thing entirely"}]
+    _, p1, c1 = ask(client, first)
+    warm, p2, c2 = ask(client, second)
+    assert c1 == 0
+    # Everything up to where the two prompts differ comes from the cache, and nothing more.
+    assert 0.8 * p1 < c2 < p2
+    with start_server(tiny_model_path, "-ctx", "4096", home=tmp_path) as cold_server:
+        cold_client = openai.OpenAI(base_url=cold_server.url, api_key="x", max_retries=0)
+        cold, _, c0 = ask(cold_client, second)
+    assert c0 == 0 and warm == cold
+
+
+def test_cached_tokens_count_is_exact_for_a_repeat(client: openai.OpenAI) -> None:
+    msgs = [{"role": "user", "content": "repeat me exactly please " * 5}]
+    _, p1, _ = ask(client, msgs, 5)
+    _, p2, c2 = ask(client, msgs, 5)
+    assert p1 == p2 and c2 == p2 - 1  # the last prompt token is recomputed for its logits
+
+
+def test_multi_turn_chat_reuses_the_previous_turn(client: openai.OpenAI) -> None:
+    turn1 = [{"role": "user", "content": "Tell me a story about a dog."}]
+    reply, p1, _ = ask(client, turn1, 30)
+    turn2 = turn1 + [{"role": "assistant", "content": reply}, {"role": "user", "content": "And then?"}]
+    _, p2, c2 = ask(client, turn2, 10)
+    assert c2 >= p1  # at least the whole first prompt came from the cache
