@@ -35,6 +35,7 @@ class RuntimeConfig:
     max_queue: int = 64
     kv_type: str = "f16"
     chat_template_file: Path | None = None
+    home: Path | None = None  # contexts are saved under home/contexts; None: not kept
 
 
 @dataclass
@@ -90,7 +91,19 @@ def load_model(name: str, path: Path, config: RuntimeConfig, sha256: str | None 
         )
     else:
         template = ChatTemplate.chatml()
-    engine = Engine(model, ctx, EngineConfig(concurrency=config.concurrency, max_queue=config.max_queue))
+    if sha256 is None:
+        from .store import file_sha256
+
+        sha256 = file_sha256(path)
+    folder = config.home / "contexts" / sha256[:16] if config.home is not None else None
+    engine_config = EngineConfig(
+        concurrency=config.concurrency,
+        max_queue=config.max_queue,
+        model_name=name,
+        model_sha256=sha256,
+        contexts_dir=folder,
+    )
+    engine = Engine(model, ctx, engine_config)
     return LoadedModel(name, model, ctx, engine, template, sha256)
 
 
@@ -120,7 +133,11 @@ class Runtime:
             return list(self._models.values())
 
     def close(self) -> None:
-        for m in self.models():
+        """Stop every engine (saving its contexts) and free the models; idempotent."""
+        with self._lock:
+            models = list(self._models.values())
+            self._models.clear()
+        for m in models:
             m.close()
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from starlette.applications import Starlette
@@ -10,7 +13,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import __version__
+from ..auth import KeyRing
 from ..runtime import Runtime
+from .authn import AuthMiddleware
+from .contexts import context_routes
 from .errors import exception_handlers
 from .http import json_response
 from .openai.routes import openai_routes
@@ -22,6 +28,12 @@ ENDPOINTS: list[tuple[str, str, str]] = [
     ("POST", "/v1/chat/completions", "chat (OpenAI), streaming with SSE"),
     ("POST", "/v1/completions", "text completion (OpenAI)"),
     ("GET", "/v1/models", "models this server holds"),
+    ("POST", "/v1/contexts", "compute a prefix once and keep it (server-held context)"),
+    ("GET", "/v1/contexts", "list your contexts"),
+    ("POST", "/v1/contexts/{id}/fork?n=N", "fork a context N ways (no KV copy)"),
+    ("GET", "/v1/contexts/{id}/snapshot", "download a context as a file"),
+    ("POST", "/v1/contexts/restore", "restore a snapshot file as a new context"),
+    ("DELETE", "/v1/contexts/{id}", "delete a context"),
     ("GET", "/health", "liveness and engine status"),
 ]
 
@@ -44,8 +56,19 @@ async def health(request: Request) -> Response:
     return json_response({"status": "ok", "version": __version__, "models": models})
 
 
-def create_app(runtime: Runtime) -> Starlette:
-    routes = [Route("/health", health, methods=["GET"]), *openai_routes()]
-    app = Starlette(routes=routes, exception_handlers=exception_handlers())
+def create_app(runtime: Runtime, keys: KeyRing | None = None) -> Starlette:
+    keys = keys or KeyRing([])
+    routes = [Route("/health", health, methods=["GET"]), *openai_routes(), *context_routes()]
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        # Shutdown runs here, before the server process exits: engines stop and contexts
+        # are written to disk.
+        await asyncio.to_thread(runtime.close)
+
+    app = Starlette(routes=routes, exception_handlers=exception_handlers(), lifespan=lifespan)
     app.state.runtime = runtime
+    app.state.keys = keys
+    app.add_middleware(AuthMiddleware, keys=keys)
     return app

@@ -13,7 +13,15 @@ from starlette.responses import JSONResponse, StreamingResponse
 
 from ..errors import InvalidRequest, PayloadTooLarge
 
-__all__ = ["read_json", "sse_response", "sse_frame", "until_disconnect", "json_response", "ClientGone"]
+__all__ = [
+    "read_body",
+    "read_json",
+    "sse_response",
+    "sse_frame",
+    "until_disconnect",
+    "json_response",
+    "ClientGone",
+]
 
 T = TypeVar("T")
 MAX_BODY = 32 * 1024 * 1024
@@ -23,9 +31,8 @@ class ClientGone(Exception):
     """The client disconnected before the answer was ready."""
 
 
-async def read_json(request: Request, max_bytes: int = MAX_BODY) -> Any:
-    """The request body as JSON. Raises InvalidRequest (malformed JSON, named position) or
-    PayloadTooLarge."""
+async def read_body(request: Request, max_bytes: int = MAX_BODY) -> bytes:
+    """The raw body, refusing more than `max_bytes` (PayloadTooLarge) without reading it all."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes:
         raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
@@ -36,7 +43,13 @@ async def read_json(request: Request, max_bytes: int = MAX_BODY) -> Any:
         if size > max_bytes:
             raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
         chunks.append(chunk)
-    raw = b"".join(chunks)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, max_bytes: int = MAX_BODY) -> Any:
+    """The request body as JSON. Raises InvalidRequest (malformed JSON, named position) or
+    PayloadTooLarge."""
+    raw = await read_body(request, max_bytes)
     if not raw.strip():
         raise InvalidRequest("the request body is empty; expected a JSON object")
     try:

@@ -52,6 +52,13 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="a Jinja chat template file that overrides the model's own",
     )
+    flag(
+        p,
+        "keys",
+        type=Path,
+        default=None,
+        help='API keys file: {"keys": [{"key", "principal", "groups", "role"}]} (LLAMAY_API_KEY adds one admin key)',
+    )
     flag(p, "log-level", dest="log_level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     p.set_defaults(func=run_serve)
 
@@ -76,11 +83,14 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ..api.app import create_app
+    from ..auth import KeyRing
     from ..runtime import Runtime, RuntimeConfig, load_model
+    from ..store import llamay_home
 
     setup_logging(args.log_level)
     try:
         host, port = parse_addr(args.addr)
+        keys = KeyRing.load(args.keys)
         name, path, sha = resolve_model(args.model)
         config = RuntimeConfig(
             ctx=args.ctx,
@@ -90,6 +100,7 @@ def run_serve(args: argparse.Namespace) -> int:
             max_queue=args.queue,
             kv_type=args.kv,
             chat_template_file=args.chat_template,
+            home=llamay_home(),
         )
         loaded = load_model(name, path, config, sha)
     except Exception as exc:
@@ -109,11 +120,16 @@ def run_serve(args: argparse.Namespace) -> int:
             threads=loaded.ctx.config.n_threads,
             kv=args.kv,
             concurrency=args.concurrency,
-            auth="none (single user)",
+            auth="api keys" if keys.enabled else "none (single user)",
         ),
     )
     print(banner_table(f"http://{addr}"), file=sys.stderr, flush=True)
-    app = create_app(runtime)
+    if not keys.enabled and host not in ("localhost", "127.0.0.1", "::1"):
+        log.warning(
+            "listening beyond this machine without API keys: anyone who can reach it can use it",
+            extra=kv(addr=addr),
+        )
+    app = create_app(runtime, keys)
     try:
         uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, timeout_graceful_shutdown=5)
     finally:

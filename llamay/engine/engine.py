@@ -12,11 +12,16 @@ import secrets
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
 
 from ..backend.context import Context, DecodeStatus
 from ..backend.model import Model
 from ..errors import ContextOverflow, EngineError, InvalidRequest, Overloaded
+from ..kv.contexts import Contexts
 from ..kv.pool import SeqPool
 from ..types import ErrorEvent, FinishEvent, FinishReason, TokenEvent, Usage
 from .request import GenerateRequest, Handle, Sink
@@ -27,6 +32,7 @@ from .sequence import Sequence
 __all__ = ["Engine", "EngineConfig"]
 
 log = logging.getLogger("llamay.engine")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,9 @@ class EngineConfig:
 
     concurrency: int = 8
     max_queue: int = 64
+    model_name: str = "model"
+    model_sha256: str = ""
+    contexts_dir: Path | None = None  # where contexts are spilled and saved; None: a temp folder
 
 
 @dataclass
@@ -61,6 +70,15 @@ class Engine:
         self._running: list[Sequence] = []
         # Ids beyond the running cap hold finished sequences as a prefix cache.
         self.pool = SeqPool(ctx.n_seq_max, ctx)
+        folder = self.config.contexts_dir
+        if folder is None:
+            import tempfile
+
+            folder = Path(tempfile.mkdtemp(prefix="llamay-contexts-"))
+        self.contexts = Contexts(self.pool, ctx, folder, self.config.model_name, self.config.model_sha256)
+        if self.contexts.load_all():
+            log.info("contexts restored from disk", extra={"fields": {"count": len(self.contexts.records)}})
+        self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
         self._closing = False
         self._kv_cells = 0
         self._cache_cells = 0
@@ -114,6 +132,16 @@ class Engine:
         """KV positions kept by the prefix cache (shared cells counted once per holder)."""
         return self._cache_cells
 
+    def call(self, fn: Callable[[], T]) -> Future[T]:
+        """Run `fn` on the engine thread between steps (for KV and context operations)."""
+        fut: Future[T] = Future()
+        with self._cond:
+            if self._closing:
+                raise Overloaded("the server is shutting down")
+            self._calls.append((fn, fut))
+            self._cond.notify()
+        return fut
+
     def close(self) -> None:
         """Stop the loop: running and waiting requests finish with reason 'abort'."""
         with self._cond:
@@ -129,14 +157,23 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._closing and not self._waiting and not self._running:
+                while not self._closing and not self._waiting and not self._running and not self._calls:
                     self._cond.wait()
                 if self._closing:
                     break
-                self._admit()
+                calls = list(self._calls)
+                self._calls.clear()
+            for fn, fut in calls:
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        fut.set_result(fn())
+                    except BaseException as exc:
+                        fut.set_exception(exc)
             try:
+                with self._cond:
+                    self._admit()
                 self._step()
-            except Exception as exc:  # the loop must survive anything one batch does
+            except Exception as exc:  # the loop must survive anything one step does
                 log.exception("engine step failed; failing the running requests")
                 self._fail_all(exc)
             self._measure_kv()
@@ -160,7 +197,7 @@ class Engine:
             need = len(handle.request.tokens) + 1
             if self._running and used + need > self.n_ctx:
                 break  # wait until running requests free KV
-            seq_id = self.pool.acquire()
+            seq_id = self.acquire_seq()
             if seq_id is None:
                 break
             self._waiting.popleft()
@@ -176,11 +213,58 @@ class Engine:
                 self.pool.release(seq_id)
                 self._safe_sink(sink, ErrorEvent(exc))
                 continue
-            # The last prompt token is always recomputed: its logits start generation.
-            seq.n_past = seq.n_cached = self.pool.attach(seq_id, seq.tokens, len(seq.tokens) - 1)
+            try:
+                seq.n_past = seq.n_cached = self._attach(seq)
+            except Exception as exc:
+                self.pool.release(seq_id)
+                self._end_session(handle.request, None)
+                self._safe_sink(sink, ErrorEvent(exc))
+                continue
             self._running.append(seq)
             self.stats.requests += 1
             used += need
+
+    def acquire_seq(self) -> int | None:
+        """A free sequence id: evicting cached prefixes, then spilling idle contexts."""
+        seq = self.pool.acquire()
+        if seq is None and self.contexts.spill_lru():
+            seq = self.pool.acquire()
+        return seq
+
+    def _attach(self, s: Sequence) -> int:
+        """Share cached KV into a new sequence; returns the positions it now holds. The
+        last prompt token is always recomputed: its logits start generation."""
+        limit = len(s.tokens) - 1
+        session = s.request.session
+        if session is None or session.context_id is None:
+            return self.pool.attach(s.seq_id, s.tokens, limit)
+        rec = self.contexts.get(session.context_id)
+        holder = self.contexts.resident(rec, self.acquire_seq)
+        n = min(rec.n_kv, limit)
+        self.ctx.seq_cp(holder, s.seq_id, 0, n)
+        return n
+
+    def _end_session(self, req: GenerateRequest, s: Sequence | None, reason: str = "abort") -> str | None:
+        """Settle a session request: a created or continued context takes the sequence.
+        Returns the context id, or None when the sequence is still the caller's to free."""
+        session = req.session
+        if session is None:
+            return None
+        ok = s is not None and reason in ("stop", "length") and s.n_past > 0
+        if session.create:
+            if not ok or s is None:
+                return None
+            rec = self.contexts.adopt(s.seq_id, s.tokens, s.n_past, session.owner, session.marking)
+            return rec.id
+        assert session.context_id is not None
+        current = self.contexts.records.get(session.context_id)
+        if current is None:
+            return None
+        current.busy = False
+        if ok and s is not None:
+            self.contexts.update(current, s.seq_id, s.tokens, s.n_past)
+            return current.id
+        return None
 
     def _step(self) -> None:
         aborted = [s for s in self._running if s.handle.aborted]
@@ -221,8 +305,8 @@ class Engine:
     def _relieve_kv(self, plan_seqs: list[Sequence]) -> None:
         """The KV cache is full. Put back a request still reading its prompt if there is
         one (it is recomputed later); otherwise end the longest with reason 'length'."""
-        if self.pool.evict_one():
-            return  # cached prefixes go first; the step is retried
+        if self.pool.evict_one() or self.contexts.spill_lru():
+            return  # cached prefixes, then idle contexts, go first; the step is retried
         prefilling = [s for s in plan_seqs if s.prefilling and s.n_generated == 0]
         if prefilling and len(self._running) > 1:
             victim = prefilling[-1]
@@ -243,10 +327,12 @@ class Engine:
         if s.done:
             return
         s.done = True
-        if reason in ("stop", "length") and s.n_past > 0:
-            self.pool.keep(s.seq_id, s.tokens[: s.n_past])
-        else:
-            self.pool.release(s.seq_id)
+        context_id = self._end_session(s.request, s, reason)  # a context may take the sequence
+        if context_id is None:
+            if reason in ("stop", "length") and s.n_past > 0:
+                self.pool.keep(s.seq_id, s.tokens[: s.n_past])
+            else:
+                self.pool.release(s.seq_id)
         if reason == "abort":
             self.stats.aborted += 1
         now = time.perf_counter()
@@ -261,12 +347,14 @@ class Engine:
             "decode_ms": s.decode_seconds * 1000.0,
             "mask_steps": s.mask_steps,
             "mask_ms": s.mask_seconds * 1000.0,
+            "context_id": context_id,
         }
         tail = "" if reason == "abort" else s.text.flush()
         usage = Usage(s.n_prompt, n_gen, s.n_cached)
         self._safe_sink(s.sink, FinishEvent(reason, usage, tail, message, extra))
 
     def _emit_finish_unstarted(self, handle: Handle, sink: Sink) -> None:
+        self._end_session(handle.request, None)
         usage = Usage(len(handle.request.tokens), 0, 0)
         self._safe_sink(sink, FinishEvent("abort", usage))
 
@@ -274,6 +362,7 @@ class Engine:
         for s in self._running:
             s.done = True
             self.pool.release(s.seq_id)
+            self._end_session(s.request, None)
             self._safe_sink(s.sink, ErrorEvent(exc))
         self._running = []
 
@@ -286,6 +375,10 @@ class Engine:
             self._waiting.clear()
         for handle, sink in waiting:
             self._emit_finish_unstarted(handle, sink)
+        try:
+            self.contexts.save_all()
+        except Exception:  # never lose the shutdown over one unwritable file
+            log.exception("could not save contexts")
 
     @staticmethod
     def _safe_sink(sink: Sink, event: TokenEvent | FinishEvent | ErrorEvent) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..types import Event, SamplingParams, StopSpec
 
-__all__ = ["ConstraintPlan", "GenerateRequest", "Handle", "Sink"]
+__all__ = ["ConstraintPlan", "GenerateRequest", "Handle", "SessionSpec", "Sink"]
 
 Sink = Callable[[Event], None]
 _ids = itertools.count(1)
@@ -44,6 +44,19 @@ class ConstraintPlan:
 
 
 @dataclass(frozen=True)
+class SessionSpec:
+    """Run on a server-held context. `create`: the prompt becomes a new context (with
+    `owner`, `marking`), usually with max_tokens 0. Otherwise the prompt starts with what
+    context `context_id` holds (the API checked, and marked the context busy); after the
+    request the context holds prompt + reply."""
+
+    context_id: str | None = None
+    create: bool = False
+    owner: str | None = None
+    marking: str | None = None
+
+
+@dataclass(frozen=True)
 class GenerateRequest:
     """One generation. `tokens` is the full prompt. The engine never knows which API asked."""
 
@@ -51,6 +64,7 @@ class GenerateRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: StopSpec = field(default_factory=StopSpec)
     constraint: ConstraintPlan | None = None
+    session: SessionSpec | None = None
     id: int = field(default_factory=lambda: next(_ids))
 
 

@@ -8,7 +8,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from ...engine.request import ConstraintPlan, GenerateRequest
+from ...engine.request import ConstraintPlan, GenerateRequest, SessionSpec
 from ...types import FinishEvent, SamplingParams, StopSpec, TokenEvent, Usage
 from .schemas import Common
 
@@ -47,7 +47,12 @@ def requests_for(
         sampling: SamplingParams = common.sampling
         if sampling.seed is not None and i:
             sampling = replace(sampling, seed=sampling.seed + i)
-        out.append(GenerateRequest(tokens=list(tokens), sampling=sampling, stop=stop, constraint=plan))
+        session = SessionSpec(context_id=common.session) if common.session else None
+        out.append(
+            GenerateRequest(
+                tokens=list(tokens), sampling=sampling, stop=stop, constraint=plan, session=session
+            )
+        )
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from starlette.requests import Request
@@ -12,11 +13,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ...engine.client import EventStream, merge, submit_all
-from ...errors import EngineError, InvalidRequest
+from ...errors import EngineError, InvalidRequest, LlamayError
 from ...grammar import compile_cached
 from ...runtime import LoadedModel, Runtime
 from ...types import ErrorEvent, FinishEvent, TokenEvent, Usage
 from ..http import json_response, read_json, sse_frame, sse_response, until_disconnect
+from ..sessions import align_prompt, reserve_session
 from . import adapter
 from .schemas import ChatRequest, Common, parse_chat, parse_completion
 
@@ -25,11 +27,11 @@ __all__ = ["openai_routes"]
 Choice = tuple[str, FinishEvent, list[TokenEvent] | None]
 
 
-def chat_prompt(lm: LoadedModel, req: ChatRequest) -> list[int]:
-    """Render the messages through the model's template and tokenize them."""
+def chat_prompt(lm: LoadedModel, req: ChatRequest) -> tuple[list[int], str]:
+    """Render the messages through the model's template; (tokens, rendered text)."""
     text = lm.template.render(req.messages, add_generation_prompt=True, **req.chat_template_kwargs)
     text = lm.template.strip_bos_eos(text, add_bos=lm.model.add_bos)
-    return lm.model.tokenize(text, add_special=True, parse_special=True)
+    return lm.model.tokenize(text, add_special=True, parse_special=True), text
 
 
 async def check_grammar(lm: LoadedModel, common: Common) -> None:
@@ -38,6 +40,19 @@ async def check_grammar(lm: LoadedModel, common: Common) -> None:
     the first compile also builds the model's llguidance tokenizer."""
     if common.grammar is not None:
         await asyncio.to_thread(compile_cached, common.grammar, lm.model.ll_tokenizer)
+
+
+@asynccontextmanager
+async def session_tokens(
+    request: Request, lm: LoadedModel, common: Common, tokens: list[int], text: str | None
+) -> AsyncIterator[list[int]]:
+    """The prompt tokens to submit: as given, or aligned with the session's context (which
+    stays reserved for the request if the body of the `with` submits it)."""
+    if common.session is None:
+        yield tokens
+        return
+    async with reserve_session(request, lm, common.session) as held:
+        yield align_prompt(lm, held, tokens, text)
 
 
 def completion_prompt(lm: LoadedModel, prompt: str | list[int]) -> list[int]:
@@ -61,6 +76,8 @@ async def collect(streams: list[EventStream], want_logprobs: bool) -> list[Choic
             texts[i] += ev.text
             finishes[i] = ev
         elif isinstance(ev, ErrorEvent):
+            if isinstance(ev.error, LlamayError):
+                raise ev.error
             raise EngineError(f"generation failed: {ev.error}")
     out: list[Choice] = []
     for i, fin in enumerate(finishes):
@@ -74,9 +91,10 @@ async def chat_completions(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     req = parse_chat(await read_json(request))
     lm = runtime.get(req.common.model)
-    tokens = chat_prompt(lm, req)
+    tokens, text = chat_prompt(lm, req)
     await check_grammar(lm, req.common)
-    streams = submit_all(lm.engine, adapter.requests_for(tokens, req.common, lm.engine.n_ctx))
+    async with session_tokens(request, lm, req.common, tokens, text) as tokens:
+        streams = submit_all(lm.engine, adapter.requests_for(tokens, req.common, lm.engine.n_ctx))
     rid = adapter.new_id("chatcmpl")
     if req.common.stream:
         return sse_response(_chat_frames(rid, lm.name, req, streams))
@@ -131,20 +149,28 @@ async def completions(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     req = parse_completion(await read_json(request))
     lm = runtime.get(req.common.model)
-    if req.common.stream and len(req.prompts) > 1:
-        raise InvalidRequest("streaming supports one prompt per request", param="prompt")
+    if len(req.prompts) > 1 and (req.common.stream or req.common.session is not None):
+        raise InvalidRequest("streaming and 'llamay_session' take one prompt per request", param="prompt")
     prompts = [completion_prompt(lm, p) for p in req.prompts]
     await check_grammar(lm, req.common)
+    text = req.prompts[0] if isinstance(req.prompts[0], str) else None
+    # The first prompt is submitted at once so that a session is reserved and released in one place.
+    async with session_tokens(request, lm, req.common, prompts[0], text) as first:
+        prompts[0] = first
+        first_streams = submit_all(lm.engine, adapter.requests_for(first, req.common, lm.engine.n_ctx))
     rid = adapter.new_id("cmpl")
     want_lp = req.logprobs is not None
     if req.common.stream:
-        streams = submit_all(lm.engine, adapter.requests_for(prompts[0], req.common, lm.engine.n_ctx))
         echo = lm.model.detokenize(prompts[0]) if req.echo else ""
-        return sse_response(_completion_frames(rid, lm.name, req.common, streams, echo, want_lp))
+        return sse_response(_completion_frames(rid, lm.name, req.common, first_streams, echo, want_lp))
     choices: list[Choice] = []
     prefixes: list[str] = []
-    for tokens in prompts:
-        streams = submit_all(lm.engine, adapter.requests_for(tokens, req.common, lm.engine.n_ctx))
+    for i, tokens in enumerate(prompts):
+        streams = (
+            first_streams
+            if i == 0
+            else submit_all(lm.engine, adapter.requests_for(tokens, req.common, lm.engine.n_ctx))
+        )
         prefix = lm.model.detokenize(tokens) if req.echo else ""
         got = await until_disconnect(request, collect(streams, want_lp))
         choices.extend((prefix + text, fin, evs) for text, fin, evs in got)

@@ -28,6 +28,7 @@ class Common:
     stop: tuple[str, ...]
     sampling: SamplingParams
     grammar: Grammar | None = None
+    session: str | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,12 @@ def _common(f: Fields, *, default_max: int | None, logprobs: int) -> Common:
         logprobs=logprobs > 0,
         top_logprobs=max(0, logprobs - 1) if logprobs else 0,
     )
-    return Common(model, stream, include_usage, max_tokens, n, _stop(f), sampling.validate(), _grammar(f))
+    session = f.text("llamay_session")
+    if session is not None and n > 1:
+        raise InvalidRequest("'n' must be 1 with 'llamay_session'", param="n")
+    return Common(
+        model, stream, include_usage, max_tokens, n, _stop(f), sampling.validate(), _grammar(f), session
+    )
 
 
 def _grammar(f: Fields) -> Grammar | None:

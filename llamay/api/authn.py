@@ -1,0 +1,59 @@
+"""Authentication: every route but /health needs a valid key when keys are configured.
+A pure ASGI middleware (streaming responses and disconnects pass straight through); the
+principal is put in `scope["state"]["principal"]`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..auth import LOCAL, KeyRing, Principal, bearer_token
+from ..errors import Unauthorized
+from .errors import openai_error_body
+
+__all__ = ["AuthMiddleware", "principal_of"]
+
+OPEN_PATHS = frozenset({"/health"})
+
+
+class AuthMiddleware:
+    def __init__(self, app: ASGIApp, keys: KeyRing) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = scope.setdefault("state", {})
+        if scope["path"] in OPEN_PATHS or not self.keys.enabled:
+            state["principal"] = LOCAL
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            token = bearer_token(headers.get("authorization"), headers.get("x-api-key"))
+            state["principal"] = self.keys.authenticate(token)
+        except Unauthorized as exc:
+            await _deny(send, exc)
+            return
+        await self.app(scope, receive, send)
+
+
+async def _deny(send: Send, exc: Unauthorized) -> None:
+    body = json.dumps(openai_error_body(exc)).encode()
+    headers: list[Any] = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"www-authenticate", b"Bearer"),
+    ]
+    await send({"type": "http.response.start", "status": 401, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def principal_of(request: Request) -> Principal:
+    p = request.scope.get("state", {}).get("principal")
+    return p if isinstance(p, Principal) else LOCAL

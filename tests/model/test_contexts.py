@@ -1,0 +1,168 @@
+"""Server-held contexts on real server processes: fork, sessions, snapshot/restore, spill,
+persistence across restarts, owners. Continuations are compared with greedy decoding."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from llamay.testing import write_tiny_llama
+from tests.serverproc import ServerProc, start_server
+
+INSTR = [{"role": "system", "content": "Classify the ticket as billing, bug or other. " * 6}]
+ASK = {"role": "user", "content": "My invoice is wrong"}
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
+    with start_server(tiny_model_path, "-ctx", "4096", home=tmp_path_factory.mktemp("home")) as s:
+        yield s
+
+
+def post(s: ServerProc, path: str, **kw: object) -> httpx.Response:
+    return httpx.post(s.base + path, timeout=60, **kw)  # type: ignore[arg-type]
+
+
+def chat(s: ServerProc, messages: list[dict], session: str | None = None, n: int = 20) -> dict:
+    body: dict = {"messages": messages, "temperature": 0, "max_tokens": n}
+    if session:
+        body["llamay_session"] = session
+    r = post(s, "/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_create_fork_and_continue_equals_plain_greedy(server: ServerProc) -> None:
+    r = post(server, "/v1/contexts", json={"messages": INSTR})
+    assert r.status_code == 200, r.text
+    ctx = r.json()
+    assert ctx["object"] == "context" and ctx["tokens"] > 50
+    forks = post(server, f"/v1/contexts/{ctx['id']}/fork?n=3").json()["data"]
+    assert len(forks) == 3 and len({f["id"] for f in forks}) == 3
+    plain = chat(server, INSTR + [ASK])
+    on_fork = chat(server, INSTR + [ASK], session=forks[0]["id"])
+    assert on_fork["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
+    assert on_fork["usage"]["prompt_tokens_details"]["cached_tokens"] >= ctx["tokens"] - 1
+    # The session continues: the fork now holds prompt + reply; the parent is unchanged.
+    assert httpx.get(server.base + f"/v1/contexts/{forks[0]['id']}").json()["tokens"] > ctx["tokens"]
+    assert httpx.get(server.base + f"/v1/contexts/{ctx['id']}").json()["tokens"] == ctx["tokens"]
+    reply = on_fork["choices"][0]["message"]["content"]
+    turn2 = INSTR + [ASK, {"role": "assistant", "content": reply}, {"role": "user", "content": "Thanks"}]
+    cont = chat(server, turn2, session=forks[0]["id"])
+    assert cont["choices"][0]["message"]["content"] == chat(server, turn2)["choices"][0]["message"]["content"]
+
+
+def test_divergent_prompt_is_409_and_context_unharmed(server: ServerProc) -> None:
+    cid = post(server, "/v1/contexts", json={"messages": INSTR}).json()["id"]
+    body = {
+        "messages": [{"role": "user", "content": "something else"}],
+        "llamay_session": cid,
+        "max_tokens": 5,
+    }
+    r = post(server, "/v1/chat/completions", json=body)
+    assert r.status_code == 409 and "diverges" in r.json()["error"]["message"]
+    assert chat(server, INSTR + [ASK], session=cid)["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_unknown_context_and_bad_fork_count(server: ServerProc) -> None:
+    assert httpx.get(server.base + "/v1/contexts/ctx_nope").status_code == 404
+    cid = post(server, "/v1/contexts", json={"prompt": "hello there"}).json()["id"]
+    assert post(server, f"/v1/contexts/{cid}/fork?n=0").status_code == 400
+    assert post(server, f"/v1/contexts/{cid}/fork?n=abc").status_code == 400
+    assert httpx.delete(server.base + f"/v1/contexts/{cid}").json()["deleted"] is True
+    assert httpx.get(server.base + f"/v1/contexts/{cid}").status_code == 404
+
+
+def test_snapshot_restore_in_a_fresh_server_continues_identically(
+    server: ServerProc, tiny_model_path: Path, tmp_path: Path
+) -> None:
+    cid = post(server, "/v1/contexts", json={"messages": INSTR, "marking": "confidential"}).json()["id"]
+    snap = httpx.get(server.base + f"/v1/contexts/{cid}/snapshot").content
+    here = chat(server, INSTR + [ASK], session=cid)["choices"][0]["message"]["content"]
+    with start_server(tiny_model_path, home=tmp_path) as fresh:
+        r = post(fresh, "/v1/contexts/restore", content=snap)
+        assert r.status_code == 200, r.text
+        new_id = r.json()["id"]
+        info = httpx.get(fresh.base + f"/v1/contexts/{new_id}").json()
+        assert info["marking"] == "confidential"
+        there = chat(fresh, INSTR + [ASK], session=new_id)
+        assert there["choices"][0]["message"]["content"] == here
+        assert there["usage"]["prompt_tokens_details"]["cached_tokens"] > 50
+
+
+def test_corrupt_or_foreign_snapshots_are_refused(server: ServerProc, tmp_path: Path) -> None:
+    cid = post(server, "/v1/contexts", json={"prompt": "a prefix worth keeping " * 5}).json()["id"]
+    snap = httpx.get(server.base + f"/v1/contexts/{cid}/snapshot").content
+    for bad in (snap[:-10], snap[:20], b"garbage" * 10, snap[:-1] + bytes([snap[-1] ^ 1])):
+        r = post(server, "/v1/contexts/restore", content=bad)
+        assert r.status_code == 400, r.text
+    other = write_tiny_llama(tmp_path / "other.gguf", seed=7)
+    with start_server(other, home=tmp_path / "h") as s2:
+        r = post(s2, "/v1/contexts/restore", content=snap)
+        assert r.status_code == 409
+        msg = r.json()["error"]["message"]
+        assert "other" in msg
+    # nothing else was disturbed
+    assert httpx.get(server.base + f"/v1/contexts/{cid}").status_code == 200
+
+
+def test_contexts_survive_a_restart(tiny_model_path: Path, tmp_path: Path) -> None:
+    with start_server(tiny_model_path, home=tmp_path) as s:
+        cid = post(s, "/v1/contexts", json={"messages": INSTR}).json()["id"]
+        before = chat(s, INSTR + [ASK])["choices"][0]["message"]["content"]
+    with start_server(tiny_model_path, home=tmp_path) as s:
+        listed = [c["id"] for c in httpx.get(s.base + "/v1/contexts").json()["data"]]
+        assert cid in listed
+        after = chat(s, INSTR + [ASK], session=cid)
+        assert after["choices"][0]["message"]["content"] == before
+        assert after["usage"]["prompt_tokens_details"]["cached_tokens"] > 50
+
+
+def test_spilled_contexts_come_back_identically(tiny_model_path: Path, tmp_path: Path) -> None:
+    # Two running slots and 16 cache ids: 30 contexts cannot all stay resident.
+    with start_server(tiny_model_path, "-concurrency", "2", "-ctx", "8192", home=tmp_path) as s:
+        ids = [post(s, "/v1/contexts", json={"messages": INSTR + [{"role": "user", "content": f"n{i}"}]}).json()["id"]
+               for i in range(30)]  # fmt: skip
+        resident = [c["resident"] for c in httpx.get(s.base + "/v1/contexts").json()["data"]]
+        assert not all(resident)
+        msgs = INSTR + [{"role": "user", "content": "n0"}, ASK]
+        got = chat(s, msgs, session=ids[0])
+        assert got["choices"][0]["message"]["content"] == chat(s, msgs)["choices"][0]["message"]["content"]
+        assert got["usage"]["prompt_tokens_details"]["cached_tokens"] > 50
+
+
+def test_owners_and_keys(tiny_model_path: Path, tmp_path: Path) -> None:
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"keys": [
+        {"key": "k-ops", "principal": "ops", "groups": ["finance"], "role": "user"},
+        {"key": "k-dev", "principal": "dev", "role": "user"},
+        {"key": "k-root", "principal": "root", "role": "admin"},
+    ]}))  # fmt: skip
+    with start_server(tiny_model_path, "-keys", str(keys), home=tmp_path / "h") as s:
+
+        def h(key: str) -> dict[str, str]:
+            return {"Authorization": f"Bearer {key}"}
+
+        assert post(s, "/v1/contexts", json={"prompt": "x y z"}).status_code == 401
+        assert post(s, "/v1/contexts", json={"prompt": "x y z"}, headers=h("wrong")).status_code == 401
+        cid = post(
+            s, "/v1/contexts", json={"prompt": "ops notes " * 5, "marking": "internal"}, headers=h("k-ops")
+        ).json()["id"]
+        for method, path in [("GET", ""), ("POST", "/fork?n=2"), ("GET", "/snapshot"), ("DELETE", "")]:
+            r = httpx.request(method, s.base + f"/v1/contexts/{cid}{path}", headers=h("k-dev"))
+            assert r.status_code == 403, (method, path, r.text)
+        body = {"prompt": "ops notes " * 5 + "more", "llamay_session": cid, "max_tokens": 3}
+        assert post(s, "/v1/completions", json=body, headers=h("k-dev")).status_code == 403
+        assert post(s, "/v1/completions", json=body, headers=h("k-ops")).status_code == 200
+        forks = post(s, f"/v1/contexts/{cid}/fork?n=2", headers=h("k-ops")).json()["data"]
+        info = httpx.get(s.base + f"/v1/contexts/{forks[0]['id']}", headers=h("k-ops")).json()
+        assert info["owner"] == "ops" and info["marking"] == "internal"
+        assert cid not in [
+            c["id"] for c in httpx.get(s.base + "/v1/contexts", headers=h("k-dev")).json()["data"]
+        ]
+        assert httpx.get(s.base + f"/v1/contexts/{cid}", headers=h("k-root")).status_code == 200
+        assert httpx.get(s.base + "/health").status_code == 200  # health stays open
