@@ -12,23 +12,40 @@ Order of operations, each step seeing the output of the one before:
    temperature 1 of the distribution produced by steps 1-3.
 5. Greedy (`temperature <= 0`): argmax, ties to the lowest token id. Otherwise the filters
    `top_k` -> `typical_p` -> `top_p` -> `min_p`, each renormalising over the candidates the
-   previous one left (as llama.cpp does), then `temperature`, then one draw.
+   previous one left (as llama.cpp does), then `temperature`, then the draw.
 
-Determinism: each Sampler owns `Generator(PCG64(seed))` and takes exactly one uniform
-draw per non-greedy token, and the draw walks the final candidates in token-id order, so
-the same seed and logits give the same tokens regardless of other requests or of which
-internal path (partition or full sort) computed the candidate set. Ties in every ranking
-(top_k, top_p, typical_p, top_logprobs) go to the lowest token id.
+Determinism: the draw is Gumbel-max over the final candidates: the token with the largest
+`(logit - max) / temperature + g`, ties to the lowest id. Each token's noise
+`g = -log(-log(u))` is a pure function of (seed, step, token id):
+`u = ((w >> 12) + 0.5) / 2**52` for the word `w = mix64(key + (id + 1) * G)`, with
+`key = mix64(mix64(seed) + (step + 1) * G)` (mix64 the splitmix64 finaliser, G its
+increment 0x9E3779B97F4A7C15, arithmetic mod 2**64), and `step` counts this Sampler's
+non-greedy tokens (0 first; a call that raises takes none). So a token's noise depends
+neither on which other tokens are candidates nor on the batch nor on any random stream,
+and the same seed and logits give the same tokens whatever else runs. It also keeps the
+choice stable under the tiny logit differences batching causes (llama.cpp's float rounding
+depends on what shares the batch): a perturbation of size e changes the token only when
+the best two perturbed scores are within about 2e / temperature of each other, which has
+probability of order e / temperature per token, whereas an inverse-CDF draw changes it
+whenever u lies between the old and new position of any of the vocabulary-many CDF
+boundaries, all of which move. Ties in every ranking (top_k, top_p, typical_p,
+top_logprobs) go to the lowest token id.
 
 Cost: the input logits are never written; plain greedy reads them without copying. Penalties
 touch only the ids in the window; top_k uses `np.argpartition`; top_p and typical_p rank
 only the best 1024 (then 8192) candidates and fall back to a full sort when those hold too
-little mass, which keeps the result exact. The draw sums weights in blocks instead of a
-float64 cumulative sum over the whole vocabulary.
+little mass, which keeps the result exact. The draw skips only candidates that provably
+cannot win, so its result equals scoring every candidate: those more than `_PRUNE` below
+the best scaled logit are left out before hashing when that leaves few, and of the rest only
+the ones within a band (`_NEAR`) of the best, plus the few whose hash word is large enough to make up
+their deficit, get the two logarithms. At usual temperatures nearly the whole vocabulary of
+a real model lies within `_PRUNE`, so a full-vocabulary draw hashes every token (nine
+uint64 passes): about twice an inverse-CDF draw's exp pass, far less than scoring them all.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -44,7 +61,21 @@ __all__ = ["Sample", "Sampler", "PARTITION_SIZES"]
 PARTITION_SIZES: tuple[int, ...] = (1024, 8192)
 """Candidate counts top_p/typical_p try (via argpartition) before a full sort."""
 
-_BLOCK = 256  # block size of the two-level inverse-CDF draw
+# splitmix64 constants (Steele, Lea, Flood 2014): Weyl increment and finaliser multipliers.
+_GOLDEN = 0x9E3779B97F4A7C15
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+_MASK64 = (1 << 64) - 1
+_U_BITS = 52  # u = (k + 0.5) / 2**52 for the top 52 hash bits k: exact, in [2**-53, 1 - 2**-53]
+# Hence Gumbel noise lies in [-log(53 ln 2), 53 ln 2] = [-3.61, 36.74]: a candidate whose
+# scaled logit trails the best by more than 40.35 can never win. _PRUNE adds a margin.
+_PRUNE = 42.0
+# Scaled-logit distances within which the staged draw scores every candidate: the first
+# that leaves at most _NEAR_MAX of them (else the last). A wider band means fewer far
+# candidates whose hash word is large enough to need scoring (their share is ~e**-reach).
+_NEAR = (6.0, 3.0, 1.0)
+_NEAR_MAX = 512
+_STAGED_MIN = 2048  # candidate count from which the staged draw pays off
 
 _NEG_INF = np.float32(-np.inf)
 
@@ -74,7 +105,8 @@ class Sampler:
             raise ValueError(f"n_vocab must be positive (got {n_vocab})")
         self.params = params
         self.n_vocab = n_vocab
-        self._rng = np.random.Generator(np.random.PCG64(seed % 2**64))
+        self._seed = seed % 2**64
+        self._step = 0  # non-greedy tokens drawn so far: the draw's counter
         self._all_ids = np.arange(n_vocab, dtype=np.intp)
         self._all_ids.setflags(write=False)
         # Reused vocabulary-sized buffers (adjusted logits; exp weights): fresh large
@@ -82,6 +114,8 @@ class Sampler:
         self._scratch = np.empty(n_vocab, dtype=np.float32)
         self._work = np.empty(n_vocab, dtype=np.float32)
         self._blocked = np.empty(n_vocab, dtype=bool)
+        self._bits = np.empty(n_vocab, dtype=np.uint64)  # hash words of the draw
+        self._shifted = np.empty(n_vocab, dtype=np.uint64)
         bias: dict[int, float] = {}
         for token, value in params.logit_bias:
             if not 0 <= token < n_vocab:
@@ -233,11 +267,67 @@ class Sampler:
             # p_i >= min_p * p_max  <=>  logit_i >= logit_max + log(min_p)
             keep = np.flatnonzero(vals >= vals.max() + math.log(p.min_p))
             ids, vals = ids[keep], vals[keep]
-        u = self._rng.random()  # the one draw for this token, whatever the filters left
-        # Every weight is <= 1 and the maximum is exactly 1; -inf logits weigh 0 and are
-        # never picked, so banned tokens need no separate filtering.
-        weights = self._exp_shifted(vals, p.temperature)
-        return int(ids[_pick(weights, u)])
+        key = _draw_key(self._seed, self._step)
+        self._step += 1
+        return int(ids[self._gumbel_max(ids, vals, key)])
+
+    def _gumbel_max(self, ids: np.ndarray, vals: np.ndarray, key: int) -> int:
+        """Position of the first maximum of `(vals - max) / T + gumbel(key, ids)`; -inf
+        values never win. Candidates that provably cannot win are skipped, so the result
+        is exactly that of scoring every candidate."""
+        t = self.params.temperature
+        top = float(vals.max())
+        if len(vals) < _STAGED_MIN:  # -inf values score -inf
+            return int(np.argmax(_scores(vals, top, t, self._hash(key, ids))))
+        alive = vals >= _f32_floor(top - _PRUNE * t)  # also drops -inf
+        n_alive = int(np.count_nonzero(alive))
+        if n_alive >= _STAGED_MIN and n_alive * 4 >= len(vals):
+            return self._gumbel_max_staged(ids, vals, key, top)  # the others score below
+        pos = np.flatnonzero(alive)
+        ids, vals = ids[pos], vals[pos]
+        if n_alive >= _STAGED_MIN:
+            return int(pos[self._gumbel_max_staged(ids, vals, key, top)])
+        return int(pos[np.argmax(_scores(vals, top, t, self._hash(key, ids)))])
+
+    def _gumbel_max_staged(self, ids: np.ndarray, vals: np.ndarray, key: int, top: float) -> int:
+        """`_gumbel_max` for many candidates, taking logarithms for few of them. Those
+        within `reach` of the best scaled logit are scored first; their best score S bounds
+        the winner from below. Every other candidate trails by more than `reach`, so it can
+        only win with noise above S + reach, i.e. with a hash word above a bound that one
+        integer comparison per candidate checks. -inf candidates score -inf."""
+        t = self.params.temperature
+        bits = self._hash(key, ids)
+        for reach in _NEAR:  # a flat top holds many near candidates: narrow the band
+            near = np.flatnonzero(vals >= _f32_floor(top - reach * t))
+            if len(near) <= _NEAR_MAX:
+                break
+        s_near = _scores(vals[near], top, t, bits[near])
+        # 1e-6 of slack covers the rounding of the scores (~1e-14 here).
+        lucky = np.flatnonzero(bits >= np.uint64(_bits_bound(float(s_near.max()) + reach - 1e-6)))
+        pos = np.concatenate((near, lucky))  # near and lucky may overlap: harmless
+        score = np.concatenate((s_near, _scores(vals[lucky], top, t, bits[lucky])))
+        return int(pos[score == score.max()].min())  # ties to the lowest position (= id)
+
+    def _hash(self, key: int, ids: np.ndarray) -> np.ndarray:
+        """splitmix64 outputs number ids + 1 of the stream seeded with `key`: uint64 words
+        in the reused buffer (valid until the next call)."""
+        n = len(ids)
+        x, tmp = self._bits[:n], self._shifted[:n]
+        if n == self.n_vocab:  # every id, ascending
+            np.add(_weyl(self.n_vocab), np.uint64(key), out=x)
+        else:
+            np.add(ids, 1, out=x, casting="unsafe")
+            x *= np.uint64(_GOLDEN)
+            x += np.uint64(key)
+        np.right_shift(x, np.uint64(30), out=tmp)
+        x ^= tmp
+        x *= np.uint64(_MIX1)
+        np.right_shift(x, np.uint64(27), out=tmp)
+        x ^= tmp
+        x *= np.uint64(_MIX2)
+        np.right_shift(x, np.uint64(31), out=tmp)
+        x ^= tmp
+        return x
 
     def _typical(self, ids: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Locally typical sampling (llama.cpp's rule): rank by |surprise - entropy| and
@@ -310,26 +400,65 @@ def _mass_prefix(score: np.ndarray, weights: np.ndarray, fraction: float, *, str
     return order[: cut + 1]
 
 
-def _pick(weights: np.ndarray, u: float) -> int:
-    """Index i with probability weights[i] / sum, by inverting the CDF (index order) at u.
+def _mix64(z: int) -> int:
+    """The splitmix64 finaliser on a Python int."""
+    z = ((z ^ (z >> 30)) * _MIX1) & _MASK64
+    z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
+    return z ^ (z >> 31)
 
-    Two levels, so a full-vocabulary draw costs one blocked sum rather than a float64
-    cumulative sum of every weight: find the block by its running total, then the index
-    inside it. Zero weights are never returned.
-    """
-    n = len(weights)
-    full = n // _BLOCK
-    sums = weights[: full * _BLOCK].reshape(full, _BLOCK).sum(axis=1, dtype=np.float64)
-    if n % _BLOCK:
-        sums = np.append(sums, weights[full * _BLOCK :].sum(dtype=np.float64))
-    block_cdf = np.cumsum(sums)
-    target = u * float(block_cdf[-1])
-    b = int(np.searchsorted(block_cdf, target, side="right"))
-    if b >= len(block_cdf):  # u * total rounded up to total: last block with weight
-        b = int(np.searchsorted(block_cdf, block_cdf[-1], side="left"))
-    block = weights[b * _BLOCK : (b + 1) * _BLOCK]
-    base = float(block_cdf[b - 1]) if b else 0.0
-    i = int(np.searchsorted(base + np.cumsum(block, dtype=np.float64), target, side="right"))
-    if i >= len(block):  # rounding between the block sum and its running sum
-        i = int(np.flatnonzero(block)[-1])
-    return b * _BLOCK + i
+
+def _draw_key(seed: int, step: int) -> int:
+    """The hash key of draw `step`: splitmix64 output number step + 1 of the stream seeded
+    with mix64(seed). Token i's word is then output number i + 1 of the stream seeded
+    with the key (see `Sampler._hash`)."""
+    return _mix64((_mix64(seed) + (step + 1) * _GOLDEN) & _MASK64)
+
+
+@functools.lru_cache(maxsize=8)
+def _weyl(n: int) -> np.ndarray:
+    """(id + 1) * golden mod 2**64 for ids 0..n-1, shared read-only across samplers."""
+    out = np.arange(1, n + 1, dtype=np.uint64)
+    out *= np.uint64(_GOLDEN)
+    out.setflags(write=False)
+    return out
+
+
+def _gumbel(bits: np.ndarray) -> np.ndarray:
+    """Standard Gumbel noise, float64, from uint64 hash words (their top 52 bits)."""
+    return np.negative(_neg_gumbel(bits))
+
+
+def _neg_gumbel(bits: np.ndarray) -> np.ndarray:
+    """log(-log(u)) with u = (k + 0.5) / 2**52 for the top 52 bits k of each word."""
+    u = (bits >> np.uint64(64 - _U_BITS)).view(np.int64).astype(np.float64)
+    u += 0.5
+    u *= 2.0**-_U_BITS
+    np.log(u, out=u)
+    np.negative(u, out=u)
+    return np.log(u, out=u)
+
+
+def _scores(vals: np.ndarray, top: float, temperature: float, bits: np.ndarray) -> np.ndarray:
+    """Perturbed scores (vals - top) / temperature + gumbel(bits), in float64."""
+    s = vals.astype(np.float64)
+    s -= top
+    s /= temperature
+    s -= _neg_gumbel(bits)  # the same value as adding the noise: negation is exact
+    return s
+
+
+def _bits_bound(score: float) -> int:
+    """A hash word bound such that every word below it gives Gumbel noise below `score`;
+    a multiple of 2**12, so that one uint64 comparison decides. 0 when `score` is at or
+    below the bottom of the noise range."""
+    # gumbel(k) < score  <=>  u(k) < exp(-exp(-score))  <=>  1 - u(k) > tail. Computing the
+    # tail with expm1 keeps it accurate near 0; one step of k absorbs the remaining rounding.
+    tail = -math.expm1(-math.exp(-score))
+    k_max = math.floor((1.0 - tail) * 2.0**_U_BITS - 0.5) - 1
+    return max(k_max + 1, 0) << (64 - _U_BITS)
+
+
+def _f32_floor(x: float) -> np.float32:
+    """The largest float32 <= x (comparisons against it are then conservative)."""
+    f = np.float32(x)
+    return f if float(f) <= x else np.nextafter(f, np.float32(-np.inf))
