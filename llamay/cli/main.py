@@ -6,8 +6,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+import httpx
+
 from .. import __version__
-from . import run, serve
+from . import ctx, run, serve
 
 __all__ = ["main", "build_parser"]
 
@@ -21,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     serve.add_parser(sub)
     run.add_parser(sub)
+    ctx.add_parser(sub)
     v = sub.add_parser("version", help="print the version")
     v.set_defaults(func=lambda _args: print(f"llamay {__version__}") or 0)
     return parser
@@ -32,7 +35,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except (RuntimeError, OSError, httpx.HTTPError) as exc:
+        print(f"llamay: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -166,3 +166,37 @@ def test_owners_and_keys(tiny_model_path: Path, tmp_path: Path) -> None:
         ]
         assert httpx.get(s.base + f"/v1/contexts/{cid}", headers=h("k-root")).status_code == 200
         assert httpx.get(s.base + "/health").status_code == 200  # health stays open
+
+
+def test_ctx_cli_move_between_two_servers(tiny_model_path: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    def cli(*args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "llamay", "ctx", *args], capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    with (
+        start_server(tiny_model_path, home=tmp_path / "a") as a,
+        start_server(tiny_model_path, home=tmp_path / "b") as b,
+    ):
+        cid = post(a, "/v1/contexts", json={"messages": INSTR, "marking": "secret"}).json()["id"]
+        expected = chat(a, INSTR + [ASK])["choices"][0]["message"]["content"]
+        assert cid in cli("ls", "-url", a.base)
+        snap = tmp_path / "c.llamayctx"
+        cli("snapshot", cid, "-o", str(snap), "-url", a.base)
+        assert snap.stat().st_size > 1000
+        new_id = cli("move", cid, "--from", a.base, "--to", b.base).strip()
+        assert httpx.get(a.base + f"/v1/contexts/{cid}").status_code == 404
+        info = httpx.get(b.base + f"/v1/contexts/{new_id}").json()
+        assert info["marking"] == "secret"
+        assert chat(b, INSTR + [ASK], session=new_id)["choices"][0]["message"]["content"] == expected
+        restored = cli("restore", str(snap), "-url", a.base).strip()
+        cli("rm", restored, "-url", a.base)
+        assert httpx.get(a.base + f"/v1/contexts/{restored}").status_code == 404
+        bad = subprocess.run([sys.executable, "-m", "llamay", "ctx", "rm", "ctx_nope", "-url", a.base],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert bad.returncode == 1 and "404" in bad.stderr
