@@ -1,0 +1,102 @@
+"""CARD_NUMBER: payment card numbers, checked the way issuers issue them.
+
+A number is a card number when its digits pass the Luhn check, its leading digits fall in
+an issuer's IIN range and its length is one that issuer uses. Digits may be written
+together or in groups separated by single spaces or dashes (one kind per number), in the
+layouts cards are printed with: fours (the last group shorter), or 4-6-5 / 4-6-4 (Amex,
+Diners). A card inside a longer run of digit groups (a year before it, a CVV after it) is
+found as long as it starts and ends on group boundaries.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from .base import Detector, Span
+
+__all__ = ["DETECTOR", "find", "issuer", "luhn_ok"]
+
+# (issuer, IIN ranges as inclusive (low, high) prefixes of equal length, valid lengths)
+_ISSUERS: tuple[tuple[str, tuple[tuple[str, str], ...], frozenset[int]], ...] = (
+    ("visa", (("4", "4"),), frozenset({13, 16, 19})),
+    ("mastercard", (("51", "55"), ("2221", "2720")), frozenset({16})),
+    ("amex", (("34", "34"), ("37", "37")), frozenset({15})),
+    (
+        "discover",
+        (("6011", "6011"), ("644", "649"), ("65", "65"), ("622126", "622925")),
+        frozenset(range(16, 20)),
+    ),
+    ("jcb", (("3528", "3589"),), frozenset(range(16, 20))),
+    ("diners", (("300", "305"), ("3095", "3095"), ("36", "36"), ("38", "39")), frozenset(range(14, 20))),
+    ("unionpay", (("62", "62"),), frozenset(range(16, 20))),
+    (
+        "maestro",
+        (("5018", "5018"), ("5020", "5020"), ("5038", "5038"), ("5893", "5893"), ("6304", "6304"))
+        + (("6759", "6759"), ("6761", "6763")),
+        frozenset(range(12, 20)),
+    ),
+)
+_MIN_DIGITS, _MAX_DIGITS = 12, 19
+# A maximal run of digit groups joined by single spaces or dashes, not glued to a word or
+# to a decimal number on either side.
+_RUN = re.compile(r"(?<![\w.,])\d+(?:[ -]\d+)*(?!\w|[.,]\d)")
+_GROUP = re.compile(r"\d+")
+
+
+def luhn_ok(digits: str) -> bool:
+    """The Luhn (mod 10) check over a string of ASCII digits."""
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = ord(ch) - 48
+        if i % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def issuer(digits: str) -> str | None:
+    """The issuer whose IIN range and lengths fit `digits`, or None."""
+    for name, ranges, lengths in _ISSUERS:
+        if len(digits) not in lengths:
+            continue
+        for low, high in ranges:
+            if low <= digits[: len(low)] <= high:
+                return name
+    return None
+
+
+def _layout_ok(sizes: list[int]) -> bool:
+    if len(sizes) == 1:
+        return True
+    if sizes in ([4, 6, 5], [4, 6, 4]):
+        return True
+    return all(s == 4 for s in sizes[:-1]) and 1 <= sizes[-1] <= 4
+
+
+def find(text: str) -> Iterator[Span]:
+    """Every valid card number; the key is its digits. Candidates inside one run may
+    overlap (the resolver keeps the longest)."""
+    for run in _RUN.finditer(text):
+        if run.end() - run.start() < _MIN_DIGITS:
+            continue
+        groups = [(g.start(), g.end()) for g in _GROUP.finditer(text, run.start(), run.end())]
+        for i in range(len(groups)):
+            n_digits = 0
+            for j in range(i, len(groups)):
+                n_digits += groups[j][1] - groups[j][0]
+                if n_digits > _MAX_DIGITS:
+                    break
+                if n_digits < _MIN_DIGITS:
+                    continue
+                # One kind of separator per number: "4111 1111-1111 1111" is not printed.
+                seps = {text[groups[k][1]] for k in range(i, j)}
+                if len(seps) > 1 or not _layout_ok([e - s for s, e in groups[i : j + 1]]):
+                    continue
+                start, end = groups[i][0], groups[j][1]
+                digits = "".join(text[s:e] for s, e in groups[i : j + 1])
+                if luhn_ok(digits) and issuer(digits):
+                    yield Span(start, end, digits)
+
+
+DETECTOR = Detector("CARD_NUMBER", find, "payment card numbers (Luhn, IIN ranges, lengths)")
