@@ -4,6 +4,7 @@ edge cases. Token-level cases run through a Constraint over a small test vocabul
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ import llguidance
 import pytest
 
 from llamay.errors import GrammarError
-from llamay.grammar import Constraint, Grammar
+from llamay.grammar import Constraint, Grammar, allocate_mask, byte_tokenizer
+from llamay.grammar.gbnf import gbnf_to_lark
 
 CASES_FILE = Path("/work/shared/conformance/gbnf_cases.json")
 CASES: list[dict[str, Any]] = json.loads(CASES_FILE.read_text()) if CASES_FILE.is_file() else []
@@ -37,6 +39,7 @@ def byte_id(b: int) -> int:
     return b if b >= 32 else 256 + b
 
 
+BYTES = byte_tokenizer()
 TOKENIZER = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_SpecialVocab()))
 
 
@@ -138,9 +141,7 @@ def test_token_grammars_need_a_vocabulary() -> None:
     assert not token_match(grammar, "<[10]>abc<[12]>")
 
 
-def test_llama_cpp_json_grammar() -> None:
-    # llama.cpp's grammars/json.gbnf (abridged in whitespace only).
-    src = r"""
+JSON_GBNF = r"""
 root   ::= object
 value  ::= object | array | string | number | ("true" | "false" | "null") ws
 
@@ -167,8 +168,67 @@ number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1
 # Optional space: by convention, applied in this grammar after literal chars when allowed
 ws ::= | " " | "\n" [ \t]{0,20}
 """
+
+
+def test_llama_cpp_json_grammar() -> None:
+    src = JSON_GBNF
     grammar = Grammar.from_gbnf(src)
     assert grammar.matches(b'{"a": [1, 2.5e3, "x\\n", {"b": null}], "c": true}')
     assert grammar.matches(b"{}")
     assert not grammar.matches(b'{"a": 01x}')
     assert not grammar.matches(b"[1]")
+
+
+# Grammars that tempt an unsafe lexeme promotion, and whether the run may be promoted.
+DIFFERENTIAL = [
+    ('root ::= [a-z]+ "!"', True),
+    ('root ::= "\\"" ([^"\\\\] | "\\\\" ["\\\\nt] | "\\\\u" [0-9a-f]{4})* "\\""', True),
+    ('root ::= [a-z]* "a"', False),  # the follower shares the class
+    ("root ::= x x\nx ::= [0-9]+", False),  # a run follows itself
+    ('root ::= [a-z]+ "!" | "x" [a-z] "?"', False),  # co-expected literal in the class
+    ('root ::= ([a-c] | "b" "x")*', False),  # another alternative starts inside the class
+    ('root ::= "\\"" ([^"] | "\\"\\"")* "\\""', True),  # CSV quoting: '""' is not in [^"]
+    ('root ::= ([a-z]+ " ")* [a-z]+', False),
+    ("root ::= [ab]* [b] [ab]*", False),
+    ('root ::= item ("," item)*\nitem ::= [^,]*', True),
+    ('root ::= a | b\na ::= [0-9]+ "x"\nb ::= [0-9]+ "y"', False),
+    ("root ::= [a-z]+ ([0-9]+ [a-z]+)*", True),
+    ('root ::= "<" [^>]* ">" .*', True),
+    ('root ::= (. | "ab")* "!"', False),
+]
+
+
+def _walk(grammar: Grammar, rng: random.Random, alphabet: bytes) -> bytes:
+    """A random byte string: a prefix the grammar allows, then maybe one random byte."""
+    constraint, mask = Constraint(grammar, BYTES), allocate_mask(BYTES)
+    out = bytearray()
+    for _ in range(rng.randrange(1, 24)):
+        constraint.fill_mask(mask)
+        options = [b for b in alphabet if mask[b // 32] >> (b % 32) & 1]
+        if not options or (constraint.is_accepting() and rng.random() < 0.2):
+            break
+        out.append(rng.choice(options))
+        assert constraint.consume(out[-1])
+    if rng.random() < 0.3:
+        out.append(rng.choice(alphabet))
+    return bytes(out)
+
+
+@pytest.mark.parametrize(("src", "promoted"), DIFFERENTIAL)
+def test_lexeme_promotion_keeps_the_language(src: str, promoted: bool) -> None:
+    fast = Grammar.from_gbnf(src)
+    exact = Grammar.from_lark(gbnf_to_lark(src, optimize=False).lark)
+    assert ("{1,}/" in fast.lark) == promoted, fast.lark
+    rng = random.Random(src)
+    alphabet = b'abcxyz019!?",\\<>nut \xc3\xa9'
+    for _ in range(100):
+        text = _walk(exact, rng, alphabet)
+        for cut in {len(text), rng.randrange(len(text) + 1)}:
+            piece = text[:cut]
+            assert fast.matches(piece) == exact.matches(piece), piece
+            assert fast.accepts_prefix(piece) == exact.accepts_prefix(piece), piece
+
+
+def test_json_gbnf_strings_are_single_lexemes() -> None:
+    grammar = Grammar.from_gbnf(JSON_GBNF)
+    assert "/[^\\x{0}-\\x{1F}\\x{22}\\x{5C}\\x{7F}]{1,}/" in grammar.lark
