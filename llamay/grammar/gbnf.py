@@ -6,7 +6,9 @@ multi-character lexeme changes the language: `root ::= num num`, `num ::= [0-9]+
 "12" in GBNF but not once `num` is a greedy lexeme, and `("a" | "ab") "b"` loses "ab".
 (llguidance's own gbnf_to_lark makes exactly that trade.) Here every lexeme is a single
 code point (a literal character, a character class, or `.`), which no other lexeme can
-extend, so the Earley parser sees GBNF's grammar unchanged.
+extend, so the Earley parser sees GBNF's grammar unchanged. The one exception, for speed
+(a string body as one lexeme makes masks ~50x cheaper), is a repetition of one class that
+.gbnf_lexemes proves never has to stop before its maximal run.
 
 Syntax follows llama.cpp's parser (src/llama-grammar.cpp): `name ::= alternatives`,
 `#` comments, newlines end a rule except inside parentheses or after `|`, escapes
@@ -17,11 +19,12 @@ is refused). Left recursion, which llama.cpp rejects, is accepted: Earley handle
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
 from ..errors import GrammarError
+from .gbnf_ast import Alt, Node, Ref, Rep, Seq, Tok, any_char, char_class, literal_char, to_lark
+from .gbnf_lexemes import promote_runs
 
 __all__ = ["GbnfResult", "gbnf_to_lark", "PARAM"]
 
@@ -41,26 +44,24 @@ class GbnfResult:
     uses_tokens: bool
 
 
-def gbnf_to_lark(src: str) -> GbnfResult:
-    """Translate GBNF with root rule `root`; raise GrammarError on any syntax error."""
-    return _Parser(src).parse()
+def gbnf_to_lark(src: str, *, optimize: bool = True) -> GbnfResult:
+    """Translate GBNF with root rule `root`; raise GrammarError on any syntax error.
 
-
-def _literal(ch: str) -> str:
-    # JSON string syntax is a subset llguidance's Lark accepts for literals.
-    return json.dumps(ch, ensure_ascii=False)
-
-
-def _class_char(cp: int) -> str:
-    ch = chr(cp)
-    return ch if ch.isascii() and ch.isalnum() else f"\\x{{{cp:X}}}"
+    With `optimize`, repetitions of a character class that provably never need to stop
+    early (see .gbnf_lexemes) become single lexemes: same language, far cheaper masks.
+    """
+    parser = _Parser(src)
+    rules = parser.parse()
+    if optimize:
+        rules = promote_runs(rules)
+    return GbnfResult(to_lark(rules), parser.uses_tokens)
 
 
 class _Parser:
     def __init__(self, src: str) -> None:
         self.s = src
         self.i = 0
-        self.bodies: dict[str, str] = {}  # GBNF rule name -> Lark body
+        self.bodies: dict[str, Node] = {}
         self.referenced: dict[str, int] = {}  # GBNF rule name -> first reference offset
         self.uses_tokens = False
 
@@ -122,7 +123,7 @@ class _Parser:
 
     # -- grammar -----------------------------------------------------------------------
 
-    def parse(self) -> GbnfResult:
+    def parse(self) -> dict[str, Node]:
         self.space(True)
         while self.i < len(self.s):
             self.rule()
@@ -132,11 +133,7 @@ class _Parser:
                 raise self.error(f"undefined rule '{ref}'")
         if "root" not in self.bodies:
             raise GrammarError("invalid GBNF grammar: no 'root' rule", param=PARAM)
-        names = _lark_names(self.bodies)
-        lines = ["start: " + names["root"]]
-        for gbnf_name, body in self.bodies.items():
-            lines.append(f"{names[gbnf_name]}: " + re.sub(r"\x00([^\x00]+)\x00", lambda m: names[m[1]], body))
-        return GbnfResult("\n".join(lines) + "\n", self.uses_tokens)
+        return self.bodies
 
     def rule(self) -> None:
         start = self.i
@@ -159,24 +156,24 @@ class _Parser:
         self.bodies[name] = body
         self.space(True)
 
-    def alternates(self, nested: bool) -> str:
+    def alternates(self, nested: bool) -> Node:
         seqs = [self.sequence(nested)]
         while self.peek() == "|":
             self.i += 1
             self.space(True)
             seqs.append(self.sequence(nested))
-        return " | ".join(seqs)
+        return seqs[0] if len(seqs) == 1 else Alt(seqs)
 
-    def sequence(self, nested: bool) -> str:
-        items: list[str] = []
+    def sequence(self, nested: bool) -> Node:
+        items: list[Node] = []
         while c := self.peek():
             if c == '"':
                 self.i += 1
-                chars = []
+                chars: list[Node] = []
                 while self.peek() != '"':
-                    chars.append(_literal(chr(self.char())))
+                    chars.append(literal_char(self.char()))
                 self.i += 1
-                items.append("(" + " ".join(chars) + ")" if len(chars) != 1 else chars[0])
+                items.append(chars[0] if len(chars) == 1 else Seq(chars))
             elif c == "[":
                 items.append(self.char_class())
             elif c in "<!":
@@ -185,7 +182,7 @@ class _Parser:
                 offset = self.i
                 ref = self.name()
                 self.referenced.setdefault(ref, offset)
-                items.append(f"\x00{ref}\x00")  # resolved to a Lark name at the end
+                items.append(Ref(ref))
             elif c == "(":
                 self.i += 1
                 self.space(True)
@@ -193,26 +190,27 @@ class _Parser:
                 if self.peek() != ")":
                     raise self.error("expected ')'")
                 self.i += 1
-                items.append(f"({inner})")
+                items.append(inner)
             elif c == ".":
                 self.i += 1
-                items.append("/(?s:.)/")
+                items.append(any_char())
             elif c in "*+?{":
                 if not items:
                     raise self.error(f"'{c}' without a preceding item")
-                items[-1] = f"({items[-1]}{self.repetition(nested)})"
+                lo, hi = self.repetition(nested)
+                items[-1] = Rep(items[-1], lo, hi)
                 continue  # repetition() already skipped trailing space
             else:
                 break
             self.space(nested)
-        return " ".join(items) if items else "()"
+        return items[0] if len(items) == 1 else Seq(items)
 
-    def repetition(self, nested: bool) -> str:
+    def repetition(self, nested: bool) -> tuple[int, int | None]:
         c = self.peek()
         self.i += 1
         self.space(nested)
         if c != "{":
-            return c
+            return {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
         lo = self.integer()
         self.space(nested)
         hi: int | None = lo
@@ -229,30 +227,28 @@ class _Parser:
             raise self.error(f"repetition counts above {MAX_REPETITION} are not supported")
         if hi is not None and hi < lo:
             raise self.error("repetition maximum below its minimum")
-        return f"{{{lo},{'' if hi is None else hi}}}"
+        return lo, hi
 
-    def char_class(self) -> str:
+    def char_class(self) -> Node:
         self.i += 1
         negated = self.peek() == "^"
         if negated:
             self.i += 1
-        parts = []
+        ranges = []
         while self.peek() != "]":
-            lo = self.char()
+            lo = hi = self.char()
             if self.peek() == "-" and self.peek(1) not in ("]", ""):
                 self.i += 1
                 hi = self.char()
                 if hi < lo:
                     raise self.error("character range is reversed")
-                parts.append(f"{_class_char(lo)}-{_class_char(hi)}")
-            else:
-                parts.append(_class_char(lo))
+            ranges.append((lo, hi))
         self.i += 1
-        if not parts:
+        if not ranges:
             raise self.error("empty character class")
-        return f"/[{'^' if negated else ''}{''.join(parts)}]/"
+        return char_class(ranges, negated)
 
-    def token(self) -> str:
+    def token(self) -> Node:
         self.uses_tokens = True
         negated = self.peek() == "!"
         if negated:
@@ -266,25 +262,10 @@ class _Parser:
         m = re.fullmatch(r"\[([0-9]+)\]", inner)
         if m:
             self.i = end + 1
-            return f"<[{'^' if negated else ''}{int(m[1])}]>"
+            return Tok(f"<[{'^' if negated else ''}{int(m[1])}]>")
         if negated:
             raise self.error("a negated token must be given by id, as !<[id]>")
         if not inner or any(ch in inner for ch in "<\n"):
             raise self.error("invalid token name")
         self.i = end + 1
-        return f"<{inner}>"
-
-
-def _lark_names(bodies: dict[str, str]) -> dict[str, str]:
-    """Distinct lowercase Lark rule names (uppercase would make a rule a lexeme)."""
-    names: dict[str, str] = {}
-    taken = {"start"}
-    for gbnf_name in bodies:
-        base = "r_" + re.sub(r"[^a-z0-9_]", "_", gbnf_name.lower())
-        name, n = base, 1
-        while name in taken:
-            n += 1
-            name = f"{base}_{n}"
-        taken.add(name)
-        names[gbnf_name] = name
-    return names
+        return Tok(f"<{inner}>")
