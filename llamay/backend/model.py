@@ -115,6 +115,16 @@ class Model:
                 self._ll_tokenizer = lltokenizer_from_vocab(self.vocab, n_vocab=self.n_vocab)
             return self._ll_tokenizer
 
+    def special_id(self, text: str) -> int | None:
+        """The id of `text` when it is exactly one control or user-defined token of this
+        vocabulary (e.g. "<tool_call>", "</think>"), else None."""
+        ids = self.tokenize(text, add_special=False, parse_special=True)
+        if len(ids) != 1:
+            return None
+        attr = int(llama_cpp.llama_vocab_get_attr(self.vocab, ids[0]))
+        special = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+        return ids[0] if attr & special else None
+
     def piece(self, token: int) -> bytes:
         """The bytes one token stands for (special tokens render as their text)."""
         return self.pieces[token]

@@ -28,7 +28,7 @@ class ConstraintPlan:
     token, once the generated text ends with `trigger_text`; the grammar then describes
     what follows the trigger. Before activation sampling is free (thinking, prose).
     `budget_token`, with `budget`, forces that token (e.g. the end of thinking) once
-    `budget` tokens were generated without activation.
+    `budget` tokens were generated without activation. `grammar` None: only the budget.
     """
 
     grammar: Any

@@ -34,6 +34,7 @@ class Sequence:
         self.sampler = Sampler(params, n_vocab, seed, req.tokens)
         self.text = TextStream(req.stop.stop)
         self.plan: ConstraintPlan | None = req.constraint
+        self.active = False  # the plan's trigger fired (or it had none)
         self.constraint: Constraint | None = None
         self.mask: np.ndarray | None = None
         self.mask_steps = 0
@@ -44,21 +45,24 @@ class Sequence:
         self.done = False
 
     def activate(self, tokenizer: Any) -> None:
-        """Switch the constraint on (from now on every token is masked)."""
+        """Switch the constraint on (from now on every token is masked); a plan without
+        a grammar only ends the unconstrained budget."""
         assert self.plan is not None
-        self.constraint = Constraint(self.plan.grammar, tokenizer)
-        self.mask = allocate_mask(tokenizer)
+        self.active = True
+        if self.plan.grammar is not None:
+            self.constraint = Constraint(self.plan.grammar, tokenizer)
+            self.mask = allocate_mask(tokenizer)
 
     def budget_token(self) -> int | None:
         """The token to force now because the unconstrained budget ran out, if any."""
         plan = self.plan
-        if plan is None or self.constraint is not None or plan.budget is None or plan.budget_token is None:
+        if plan is None or self.active or plan.budget is None or plan.budget_token is None:
             return None
         return plan.budget_token if self.n_generated >= plan.budget else None
 
     def triggered(self, token: int) -> bool:
         plan = self.plan
-        if plan is None or self.constraint is not None:
+        if plan is None or self.active:
             return False
         if token in plan.trigger_tokens:
             return True

@@ -25,7 +25,7 @@ def test_parse_tools_valid() -> None:
     specs = parse_tools(
         [WEATHER, fn("no_params"), fn("strict_one", strict=True, parameters={"type": "object"})]
     )
-    assert specs[0] == ToolSpec("get_weather", "Current weather", WEATHER["function"]["parameters"], False)
+    assert specs[0] == ToolSpec("get_weather", "Current weather", WEATHER["function"]["parameters"], True)
     assert specs[1].parameters == {"type": "object", "properties": {}}
     assert specs[1].description == ""
     assert specs[2].strict is True
@@ -71,9 +71,11 @@ def test_schema_error_is_a_grammar_error() -> None:
     assert e.value.param == "tools[0].function.parameters"
 
 
-def test_non_strict_drops_unenforceable_keywords() -> None:
+def test_unenforceable_keywords_are_refused_even_without_strict() -> None:
     loose = fn("a", parameters={"type": "object", "properties": {"u": {"type": "string", "format": "bogus"}}})
-    assert parse_tools([loose])[0].strict is False  # accepted: the keyword is dropped
+    with pytest.raises(GrammarError) as e:
+        parse_tools([loose])
+    assert "format" in e.value.message and e.value.param == "tools[0].function.parameters"
 
 
 def test_custom_param_prefix() -> None:

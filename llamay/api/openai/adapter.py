@@ -37,7 +37,7 @@ def requests_for(
     gives different texts that are still reproducible. `plan` defaults to the request's
     grammar, active from the first token."""
     if plan is None and common.grammar is not None:
-        plan = ConstraintPlan(common.grammar)
+        plan = ConstraintPlan(common.grammar, label="json")
     max_tokens = common.max_tokens
     if max_tokens is not None:
         max_tokens = min(max_tokens, max(1, n_ctx - len(tokens)))

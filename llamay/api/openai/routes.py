@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 from starlette.requests import Request
@@ -13,46 +11,17 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ...engine.client import EventStream, merge, submit_all
-from ...errors import EngineError, InvalidRequest, LlamayError
-from ...grammar import compile_cached
+from ...engine.request import ConstraintPlan
+from ...errors import InvalidRequest
 from ...runtime import LoadedModel, Runtime
-from ...types import ErrorEvent, FinishEvent, TokenEvent, Usage
+from ...types import FinishEvent, TokenEvent, Usage
 from ..http import json_response, read_json, sse_frame, sse_response, until_disconnect
-from ..sessions import align_prompt, reserve_session
 from . import adapter
-from .schemas import ChatRequest, Common, parse_chat, parse_completion
+from .chat import chat_completions
+from .common import Choice, check_plan, collect, session_tokens
+from .schemas import Common, parse_completion
 
 __all__ = ["openai_routes"]
-
-Choice = tuple[str, FinishEvent, list[TokenEvent] | None]
-
-
-def chat_prompt(lm: LoadedModel, req: ChatRequest) -> tuple[list[int], str]:
-    """Render the messages through the model's template; (tokens, rendered text)."""
-    text = lm.template.render(req.messages, add_generation_prompt=True, **req.chat_template_kwargs)
-    text = lm.template.strip_bos_eos(text, add_bos=lm.model.add_bos)
-    return lm.model.tokenize(text, add_special=True, parse_special=True), text
-
-
-async def check_grammar(lm: LoadedModel, common: Common) -> None:
-    """Compile the request's grammar for this model's vocabulary before anything is queued,
-    so a grammar llguidance refuses is a 400, not a failed generation. Off the event loop:
-    the first compile also builds the model's llguidance tokenizer."""
-    if common.grammar is not None:
-        await asyncio.to_thread(compile_cached, common.grammar, lm.model.ll_tokenizer)
-
-
-@asynccontextmanager
-async def session_tokens(
-    request: Request, lm: LoadedModel, common: Common, tokens: list[int], text: str | None
-) -> AsyncIterator[list[int]]:
-    """The prompt tokens to submit: as given, or aligned with the session's context (which
-    stays reserved for the request if the body of the `with` submits it)."""
-    if common.session is None:
-        yield tokens
-        return
-    async with reserve_session(request, lm, common.session) as held:
-        yield align_prompt(lm, held, tokens, text)
 
 
 def completion_prompt(lm: LoadedModel, prompt: str | list[int]) -> list[int]:
@@ -62,89 +31,6 @@ def completion_prompt(lm: LoadedModel, prompt: str | list[int]) -> list[int]:
     return lm.model.tokenize(prompt, add_special=True, parse_special=False)
 
 
-async def collect(streams: list[EventStream], want_logprobs: bool) -> list[Choice]:
-    """Run every choice to its end; an engine error becomes EngineError."""
-    texts = [""] * len(streams)
-    events: list[list[TokenEvent]] = [[] for _ in streams]
-    finishes: list[FinishEvent | None] = [None] * len(streams)
-    async for i, ev in merge(streams):
-        if isinstance(ev, TokenEvent):
-            texts[i] += ev.text
-            if want_logprobs:
-                events[i].append(ev)
-        elif isinstance(ev, FinishEvent):
-            texts[i] += ev.text
-            finishes[i] = ev
-        elif isinstance(ev, ErrorEvent):
-            if isinstance(ev.error, LlamayError):
-                raise ev.error
-            raise EngineError(f"generation failed: {ev.error}")
-    out: list[Choice] = []
-    for i, fin in enumerate(finishes):
-        if fin is None:  # pragma: no cover - merge only ends after every finish
-            raise EngineError("generation ended without a finish event")
-        out.append((texts[i], fin, events[i] if want_logprobs else None))
-    return out
-
-
-async def chat_completions(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
-    req = parse_chat(await read_json(request))
-    lm = runtime.get(req.common.model)
-    tokens, text = chat_prompt(lm, req)
-    await check_grammar(lm, req.common)
-    async with session_tokens(request, lm, req.common, tokens, text) as tokens:
-        streams = submit_all(lm.engine, adapter.requests_for(tokens, req.common, lm.engine.n_ctx))
-    rid = adapter.new_id("chatcmpl")
-    if req.common.stream:
-        return sse_response(_chat_frames(rid, lm.name, req, streams))
-    choices = await until_disconnect(request, collect(streams, req.logprobs))
-    return json_response(adapter.chat_response(rid, lm.name, choices))
-
-
-async def _chat_frames(
-    rid: str, model: str, req: ChatRequest, streams: list[EventStream]
-) -> AsyncIterator[bytes]:
-    created = int(time.time())
-    usage_on = req.common.include_usage
-    usages: list[Usage] = []
-    for i in range(len(streams)):
-        yield sse_frame(
-            adapter.chat_chunk(
-                rid, model, created, i, {"role": "assistant", "content": ""}, with_usage_field=usage_on
-            )
-        )
-    async for i, ev in merge(streams):
-        if isinstance(ev, TokenEvent):
-            if not ev.text and not req.logprobs:
-                continue
-            lp = [adapter.chat_logprob_json(ev)] if req.logprobs else None
-            yield sse_frame(
-                adapter.chat_chunk(
-                    rid, model, created, i, {"content": ev.text}, logprobs=lp, with_usage_field=usage_on
-                )
-            )
-        elif isinstance(ev, FinishEvent):
-            if ev.text:
-                yield sse_frame(
-                    adapter.chat_chunk(
-                        rid, model, created, i, {"content": ev.text}, with_usage_field=usage_on
-                    )
-                )
-            usages.append(ev.usage)
-            yield sse_frame(
-                adapter.chat_chunk(
-                    rid, model, created, i, {}, finish=adapter.finish_reason(ev), with_usage_field=usage_on
-                )
-            )
-        else:
-            yield sse_frame({"error": {"message": f"generation failed: {ev.error}", "type": "server_error"}})
-            return
-    if usage_on:
-        yield sse_frame(adapter.usage_chunk(rid, model, created, "chat.completion.chunk", usages))
-    yield sse_frame("[DONE]")
-
-
 async def completions(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     req = parse_completion(await read_json(request))
@@ -152,7 +38,7 @@ async def completions(request: Request) -> Response:
     if len(req.prompts) > 1 and (req.common.stream or req.common.session is not None):
         raise InvalidRequest("streaming and 'llamay_session' take one prompt per request", param="prompt")
     prompts = [completion_prompt(lm, p) for p in req.prompts]
-    await check_grammar(lm, req.common)
+    await check_plan(lm, ConstraintPlan(req.common.grammar) if req.common.grammar is not None else None)
     text = req.prompts[0] if isinstance(req.prompts[0], str) else None
     # The first prompt is submitted at once so that a session is reserved and released in one place.
     async with session_tokens(request, lm, req.common, prompts[0], text) as first:

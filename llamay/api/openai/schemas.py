@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...chat.tools import parse_tool_choice, parse_tools
 from ...errors import InvalidRequest
 from ...grammar import Grammar
 from ...types import SamplingParams
+from ..chatflow import ChatOptions
 from ..fields import Fields
 
 __all__ = ["ChatRequest", "CompletionRequest", "parse_chat", "parse_completion", "Common"]
@@ -34,10 +36,9 @@ class Common:
 @dataclass(frozen=True)
 class ChatRequest:
     common: Common
-    messages: list[dict[str, Any]]
+    options: ChatOptions
     logprobs: bool
     top_logprobs: int
-    chat_template_kwargs: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -170,8 +171,31 @@ def parse_chat(body: Any) -> ChatRequest:
         raise InvalidRequest("'top_logprobs' requires 'logprobs': true", param="top_logprobs")
     # Internally top_logprobs counts alternatives; `logprobs` n means "chosen + n-1 others".
     common = _common(f, default_max=None, logprobs=(1 + top) if want_logprobs else 0)
-    kwargs = f.obj("chat_template_kwargs") or {}
-    return ChatRequest(common, list(messages), want_logprobs, top, dict(kwargs))
+    return ChatRequest(common, chat_options(f, list(messages), common.grammar), want_logprobs, top)
+
+
+def chat_options(f: Fields, messages: list[dict[str, Any]], grammar: Grammar | None) -> ChatOptions:
+    """Tools, reasoning and template options of an OpenAI chat body."""
+    raw_tools = f.raw("tools")
+    tools = parse_tools(raw_tools) if raw_tools else []
+    choice = parse_tool_choice(f.raw("tool_choice"), tools)
+    kwargs = dict(f.obj("chat_template_kwargs") or {})
+    effort = f.text("reasoning_effort")
+    thinking = effort != "none" and kwargs.get("enable_thinking") is not False and f.flag("think", True)
+    finish = f.raw("finish_tool")
+    if finish is not None and not isinstance(finish, bool | str):
+        raise InvalidRequest("'finish_tool' must be true, false or a tool name", param="finish_tool")
+    return ChatOptions(
+        messages=messages,
+        tools=tools,
+        tool_choice=choice,
+        parallel_tool_calls=f.flag("parallel_tool_calls", True),
+        grammar=grammar,
+        thinking=thinking,
+        thinking_budget=f.integer("reasoning_budget_tokens", None, lo=0),
+        template_kwargs=kwargs,
+        finish_tool=finish,
+    )
 
 
 def parse_completion(body: Any) -> CompletionRequest:

@@ -43,7 +43,7 @@ class ToolSpec:
     """One callable function. `parameters` is the JSON schema of its arguments object,
     as the client sent it (templates render it verbatim). `strict` selects how the
     schema is enforced while generating: strict refuses keywords that cannot be
-    enforced, non-strict (OpenAI's default) drops them and enforces the rest."""
+    enforced, non-strict drops them; requests always parse tools as strict."""
 
     name: str
     description: str = ""
@@ -135,10 +135,11 @@ def _parse_tool(tool: Any, where: str) -> ToolSpec:
             f"{where}.function.description must be a string", param=f"{where}.function.description"
         )
     strict = fn.get("strict")
-    if strict is None:
-        strict = False
-    if not isinstance(strict, bool):
+    if strict is not None and not isinstance(strict, bool):
         raise InvalidRequest(f"{where}.function.strict must be a boolean", param=f"{where}.function.strict")
+    # Always enforced in full: a keyword that cannot be enforced is refused, never dropped,
+    # so a call either fits its tool's signature or is not produced.
+    strict = True
     parameters = fn.get("parameters")
     if parameters is None:
         parameters = _empty_object()

@@ -1,0 +1,212 @@
+"""The chat pipeline every API shares: messages + tools + reasoning options in; prompt
+tokens and a constraint plan out; generated text split into reasoning, content and tool
+calls on the way back. Knows protocols' common ground, not their JSON shapes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..chat.reasoning import ReasoningMarkers, detect_reasoning
+from ..chat.tools import (
+    FINISH_TOOL,
+    ContentDelta,
+    ToolArgsDelta,
+    ToolCall,
+    ToolCallStart,
+    ToolChoice,
+    ToolFormat,
+    ToolSpec,
+    ToolStreamParser,
+    detect_format,
+    think_first,
+)
+from ..engine.request import ConstraintPlan
+from ..errors import InvalidRequest
+from ..grammar import Grammar
+from ..runtime import LoadedModel
+
+__all__ = ["ChatOptions", "ChatSetup", "ChatOutput", "Piece", "prepare_chat", "model_traits"]
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    """What a chat request asks for, whatever API it came through. `finish_tool`: False,
+    True, or the name of one of `tools` that ends the turn."""
+
+    messages: list[dict[str, Any]]
+    tools: list[ToolSpec] = field(default_factory=list)
+    tool_choice: ToolChoice = field(default_factory=lambda: ToolChoice("none"))
+    parallel_tool_calls: bool = True
+    grammar: Grammar | None = None
+    thinking: bool = True
+    thinking_budget: int | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    finish_tool: bool | str | None = None  # None: the server default (on for "required")
+
+
+@dataclass(frozen=True)
+class Traits:
+    tool_format: ToolFormat
+    reasoning: ReasoningMarkers | None
+
+
+def model_traits(lm: LoadedModel) -> Traits:
+    """Per-model facts derived from its template and vocabulary (computed once)."""
+    cached = getattr(lm, "_chat_traits", None)
+    if cached is None:
+        src = lm.template.source
+        special = lm.model.special_id
+        cached = Traits(detect_format(src, special), detect_reasoning(src, special))
+        lm._chat_traits = cached  # type: ignore[attr-defined]
+    return cached
+
+
+@dataclass
+class ChatSetup:
+    tokens: list[int]
+    text: str
+    plan: ConstraintPlan | None
+    traits: Traits
+    tools: list[ToolSpec]
+    finish_tool: str | None
+    reasoning_started: bool
+
+    def output(self) -> ChatOutput:
+        return ChatOutput(self)
+
+
+def prepare_chat(lm: LoadedModel, opts: ChatOptions) -> ChatSetup:
+    traits = model_traits(lm)
+    tools, finish = _with_finish_tool(opts)
+    fmt = traits.tool_format
+    messages, extra = fmt.prepare(opts.messages, tools if opts.tool_choice.mode != "none" else [])
+    kwargs = {**opts.template_kwargs, **extra}
+    if not opts.thinking:
+        kwargs.setdefault("enable_thinking", False)
+    text = lm.template.render(messages, add_generation_prompt=True, **kwargs)
+    text = lm.template.strip_bos_eos(text, add_bos=lm.model.add_bos)
+    tokens = lm.model.tokenize(text, add_special=True, parse_special=True)
+    markers = traits.reasoning
+    started = markers is not None and markers.opened_by(text)
+    plan = _plan(lm, opts, traits, tools, started)
+    return ChatSetup(tokens, text, plan, traits, tools, finish, started)
+
+
+def _with_finish_tool(opts: ChatOptions) -> tuple[list[ToolSpec], str | None]:
+    tools = list(opts.tools)
+    names = {t.name for t in tools}
+    choice = opts.finish_tool
+    if isinstance(choice, str):
+        if choice not in names:
+            raise InvalidRequest(
+                f"'finish_tool' names '{choice}', which is not one of the tools", param="finish_tool"
+            )
+        return tools, choice
+    wanted = choice if choice is not None else opts.tool_choice.mode == "required"
+    if not wanted or opts.tool_choice.mode in ("none", "function"):
+        return tools, None
+    if FINISH_TOOL.name in names:
+        raise InvalidRequest(
+            "a tool is already called 'finish': set 'finish_tool' to its name, or to false",
+            param="finish_tool",
+        )
+    return tools + [FINISH_TOOL], FINISH_TOOL.name
+
+
+def _plan(
+    lm: LoadedModel, opts: ChatOptions, traits: Traits, tools: list[ToolSpec], started: bool
+) -> ConstraintPlan | None:
+    markers = traits.reasoning
+    budget_token = markers.close_token if markers is not None and started else None
+    budget = opts.thinking_budget if budget_token is not None else None
+    if opts.tool_choice.mode != "none" and tools:
+        if opts.grammar is not None:
+            raise InvalidRequest("'response_format' cannot be combined with tools", param="response_format")
+        # Naming one function asks for that call, once.
+        parallel = opts.parallel_tool_calls and opts.tool_choice.mode != "function"
+        tp = traits.tool_format.plan(tools, opts.tool_choice, parallel, lm.model.special_id)
+        if markers is not None:
+            tp = think_first(tp, markers, started=started, special=lm.model.special_id)
+        if tp.immediate:
+            return ConstraintPlan(tp.grammar, label="tools", budget=budget, budget_token=budget_token)
+        return ConstraintPlan(tp.grammar, tp.trigger_tokens, tp.trigger_text, budget, budget_token, "tools")
+    if opts.grammar is None:
+        if budget is not None and budget_token is not None:  # nothing to constrain; the budget ends thinking
+            return ConstraintPlan(None, frozenset({budget_token}), None, budget, budget_token, "think")
+        return None
+    if started and budget_token is not None:
+        # Think freely, then the answer follows the format from the end of thinking on.
+        return ConstraintPlan(opts.grammar, frozenset({budget_token}), None, budget, budget_token, "json")
+    return ConstraintPlan(opts.grammar, label="json")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One step of output: `kind` is "reasoning", "content", "call" (index, id, name) or
+    "args" (index, text)."""
+
+    kind: str
+    text: str = ""
+    index: int = 0
+    id: str = ""
+    name: str = ""
+
+
+class ChatOutput:
+    """Splits one choice's generated text into pieces, as it streams."""
+
+    def __init__(self, setup: ChatSetup) -> None:
+        markers = setup.traits.reasoning
+        self._reasoning = markers.parser(started=setup.reasoning_started) if markers is not None else None
+        self._tools: ToolStreamParser | None = None
+        if setup.tools:
+            self._tools = setup.traits.tool_format.parser(setup.tools, finish_tool=setup.finish_tool)
+        self.reasoning = ""
+        self.content = ""
+
+    def push(self, text: str) -> list[Piece]:
+        if self._reasoning is None:
+            return self._content(text)
+        thought, said = self._reasoning.push(text)
+        return self._thought(thought) + self._content(said)
+
+    def finish(self) -> list[Piece]:
+        out: list[Piece] = []
+        if self._reasoning is not None:
+            thought, said = self._reasoning.finish()
+            out += self._thought(thought) + self._content(said)
+        if self._tools is not None:
+            out += self._convert(self._tools.finish())
+        return out
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return list(self._tools.calls) if self._tools is not None else []
+
+    def _thought(self, text: str) -> list[Piece]:
+        if not text:
+            return []
+        self.reasoning += text
+        return [Piece("reasoning", text)]
+
+    def _content(self, text: str) -> list[Piece]:
+        if not text:
+            return []
+        if self._tools is None:
+            self.content += text
+            return [Piece("content", text)]
+        return self._convert(self._tools.push(text))
+
+    def _convert(self, deltas: list[Any]) -> list[Piece]:
+        out = []
+        for d in deltas:
+            if isinstance(d, ContentDelta):
+                if d.text:
+                    self.content += d.text
+                    out.append(Piece("content", d.text))
+            elif isinstance(d, ToolCallStart):
+                out.append(Piece("call", index=d.index, id=d.id, name=d.name))
+            elif isinstance(d, ToolArgsDelta):
+                out.append(Piece("args", d.fragment, index=d.index))
+        return out
