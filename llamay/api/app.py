@@ -15,8 +15,14 @@ from starlette.routing import Route
 from .. import __version__
 from ..auth import KeyRing
 from ..runtime import Runtime
+from .admin import admin_routes
+from .anthropic.routes import anthropic_routes
 from .authn import AuthMiddleware
 from .contexts import context_routes
+from .embeddings import embeddings_routes
+from .ollama.routes import ollama_routes
+from .rag import rag_routes
+from .redact import redact_routes
 from .errors import exception_handlers
 from .http import json_response
 from .openai.routes import openai_routes
@@ -58,7 +64,17 @@ async def health(request: Request) -> Response:
 
 def create_app(runtime: Runtime, keys: KeyRing | None = None) -> Starlette:
     keys = keys or KeyRing([])
-    routes = [Route("/health", health, methods=["GET"]), *openai_routes(), *context_routes()]
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        *openai_routes(),
+        *context_routes(),
+        *anthropic_routes(),
+        *ollama_routes(),
+        *embeddings_routes(),
+        *rag_routes(),
+        *redact_routes(),
+        *admin_routes(),
+    ]
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

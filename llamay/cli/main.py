@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import httpx
 
 from .. import __version__
-from . import ctx, run, serve
+from . import ctx, embed, index, models, redact, run, serve
 
 __all__ = ["main", "build_parser"]
 
@@ -24,6 +24,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parser(sub)
     run.add_parser(sub)
     ctx.add_parser(sub)
+    models.add_parser(sub)
+    embed.add_parser(sub)
+    index.add_parser(sub)
+    redact.add_parser(sub)
     v = sub.add_parser("version", help="print the version")
     v.set_defaults(func=lambda _args: print(f"llamay {__version__}") or 0)
     return parser
