@@ -5,7 +5,12 @@ an issuer's IIN range and its length is one that issuer uses. Digits may be writ
 together or in groups separated by single spaces or dashes (one kind per number), in the
 layouts cards are printed with: fours (the last group shorter), or 4-6-5 / 4-6-4 (Amex,
 Diners). A card inside a longer run of digit groups (a year before it, a CVV after it) is
-found as long as it starts and ends on group boundaries.
+found as long as it starts and ends on group boundaries, unless the run goes on after it
+in another group of four with the same separator to a length cards have: "6759 5443 2919
+1302" with a wrong check digit does not yield the Luhn-valid twelve-digit Maestro number
+at its head, while "4111 1111 1111 1111 2025" yields the card. Nor is a run taken when a
+group of letters and digits adjoins it across one separator: "SE56 4526 5176 2858 3763
+259" is an IBAN of the wrong length, not a Visa number after a word.
 """
 
 from __future__ import annotations
@@ -39,9 +44,14 @@ _ISSUERS: tuple[tuple[str, tuple[tuple[str, str], ...], frozenset[int]], ...] = 
 )
 _MIN_DIGITS, _MAX_DIGITS = 12, 19
 # A maximal run of digit groups joined by single spaces or dashes, not glued to a word or
-# to a decimal number on either side.
-_RUN = re.compile(r"(?<![\w.,])\d+(?:[ -]\d+)*(?!\w|[.,]\d)")
+# to a decimal number on either side. (The check before the run follows its first digit,
+# so that `re` can scan for a digit first; likewise in the other detectors.)
+_RUN = re.compile(r"\d(?<![\w.,]\d)\d*(?:[ -]\d+)*(?!\w|[.,]\d)")
 _GROUP = re.compile(r"\d+")
+# A group of letters and digits next to the run, across one separator ("SE56 4526 ..."):
+# the digits belong to an alphanumeric code such as an IBAN, valid or not.
+_CODE_BEFORE = re.compile(r"[A-Za-z0-9]*(?:[A-Za-z]\d|\d[A-Za-z])[A-Za-z0-9]*[ -]\Z")
+_CODE_AFTER = re.compile(r"[ -][A-Za-z0-9]*(?:[A-Za-z]\d|\d[A-Za-z])")
 
 
 def luhn_ok(digits: str) -> bool:
@@ -74,11 +84,22 @@ def _layout_ok(sizes: list[int]) -> bool:
     return all(s == 4 for s in sizes[:-1]) and 1 <= sizes[-1] <= 4
 
 
+def _continues(text: str, last: tuple[int, int], nxt: tuple[int, int], seps: set[str], n_digits: int) -> bool:
+    """Whether a printed number of `n_digits` goes on past `last` into a further group of
+    four with the same separator and is still of card length: then the card is the longer
+    number (valid or not), not its head."""
+    return nxt[1] - nxt[0] == 4 and text[last[1]] in seps and n_digits + 4 <= _MAX_DIGITS
+
+
+def _in_code(text: str, start: int, end: int) -> bool:
+    return bool(_CODE_BEFORE.search(text, max(0, start - 40), start) or _CODE_AFTER.match(text, end))
+
+
 def find(text: str) -> Iterator[Span]:
     """Every valid card number; the key is its digits. Candidates inside one run may
     overlap (the resolver keeps the longest)."""
     for run in _RUN.finditer(text):
-        if run.end() - run.start() < _MIN_DIGITS:
+        if run.end() - run.start() < _MIN_DIGITS or _in_code(text, run.start(), run.end()):
             continue
         groups = [(g.start(), g.end()) for g in _GROUP.finditer(text, run.start(), run.end())]
         for i in range(len(groups)):
@@ -92,6 +113,12 @@ def find(text: str) -> Iterator[Span]:
                 # One kind of separator per number: "4111 1111-1111 1111" is not printed.
                 seps = {text[groups[k][1]] for k in range(i, j)}
                 if len(seps) > 1 or not _layout_ok([e - s for s, e in groups[i : j + 1]]):
+                    continue
+                if (
+                    seps
+                    and j + 1 < len(groups)
+                    and _continues(text, groups[j], groups[j + 1], seps, n_digits)
+                ):
                     continue
                 start, end = groups[i][0], groups[j][1]
                 digits = "".join(text[s:e] for s, e in groups[i : j + 1])

@@ -26,7 +26,9 @@ _MONTH = (
     r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
     r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?"
 )
-_LABEL = r"(?:d\.o\.b\.?|dob|date[\s-]+of[\s-]+birth|birth[\s-]?date|born(?:\s+on)?)"
+# Every label starts with b or d; the word-boundary check follows that letter so that `re`
+# can scan for it first.
+_LABEL = r"[bd](?<!\w[bd])(?:\.o\.b\.?|ob|ate[\s-]+of[\s-]+birth|irth[\s-]?date|orn(?:\s+on)?)"
 _DATE = (
     r"(?P<n1>\d{1,2})(?P<s1>[/.-])(?P<n2>\d{1,2})(?P=s1)(?P<y1>\d{4}|\d{2})"
     r"|(?P<y2>\d{4})(?P<s2>[/.-])(?P<m2>\d{1,2})(?P=s2)(?P<d2>\d{1,2})"
@@ -34,7 +36,7 @@ _DATE = (
     rf"|(?P<m4>{_MONTH})\s+(?P<d4>\d{{1,2}})(?:st|nd|rd|th)?,?\s+(?P<y4>\d{{4}})"
 )
 _DOB = re.compile(
-    rf"(?<!\w){_LABEL}(?!\w)[\s:=(–—-]*(?:(?:is|was)\s+)?(?P<date>{_DATE})(?!\w|[/.-]\d)",
+    rf"{_LABEL}(?!\w)[\s:=(–—-]*(?:(?:is|was)\s+)?(?P<date>{_DATE})(?!\w|[/.-]\d)",
     re.IGNORECASE,
 )
 

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 
 from .base import Detector, Span
+from .windows import windows
 
 __all__ = ["DETECTOR", "find"]
 
@@ -27,18 +28,17 @@ _EMAIL = re.compile(
     # Not the head of a longer token: `a@b.com-x` or `a@b.com.x` are not addresses.
     r"(?![\w-]|\.[^\W_])"
 )
+_AT = re.compile("@")
 _MAX_LOCAL = 64
 _MAX_DOMAIN = 253
 
 
 def find(text: str) -> Iterator[Span]:
     """Every well-formed address; the key is the address casefolded."""
-    if "@" not in text:
-        return
-    for m in _EMAIL.finditer(text):
-        if len(m["local"]) > _MAX_LOCAL or len(m["domain"]) > _MAX_DOMAIN:
-            continue
-        yield Span(m.start(), m.end(), m.group().casefold())
+    for start, end in windows(text, _AT):
+        for m in _EMAIL.finditer(text, start, end):
+            if len(m["local"]) <= _MAX_LOCAL and len(m["domain"]) <= _MAX_DOMAIN:
+                yield Span(m.start(), m.end(), m.group().casefold())
 
 
 DETECTOR = Detector("EMAIL", find, "e-mail addresses")

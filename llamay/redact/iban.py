@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from .base import Detector, Span
 
-__all__ = ["DETECTOR", "LENGTHS", "find", "iban_ok"]
+__all__ = ["DETECTOR", "LENGTHS", "SHAPE", "find", "iban_ok"]
 
 # Total IBAN length per country, from the SWIFT IBAN registry (release 2024+).
 LENGTHS: dict[str, int] = {
@@ -32,7 +32,8 @@ LENGTHS: dict[str, int] = {
     "SV": 28, "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20,
     "YE": 30,
 }  # fmt: skip
-_CANDIDATE = re.compile(r"(?<!\w)[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}(?!\w)|(?: [A-Z0-9]{1,4})+)")
+# The shape of an IBAN, valid or not (other detectors leave such text alone).
+SHAPE = re.compile(r"[A-Z](?<!\w[A-Z])[A-Z]\d{2}(?:[A-Z0-9]{11,30}(?!\w)|(?: [A-Z0-9]{1,4})+)")
 
 
 def iban_ok(compact: str) -> bool:
@@ -72,7 +73,7 @@ def _cut(text: str, start: int, end: int) -> int | None:
 
 def find(text: str) -> Iterator[Span]:
     """Every valid IBAN; the key is its compact form."""
-    for m in _CANDIDATE.finditer(text):
+    for m in SHAPE.finditer(text):
         end = _cut(text, m.start(), m.end())
         if end is None:
             continue

@@ -18,7 +18,8 @@ __all__ = ["DETECTOR", "find", "prefix_ok"]
 _BAD_FIRST = frozenset("DFIQUV")
 _BAD_SECOND = frozenset("DFIQUVO")
 _BAD_PREFIXES = frozenset({"BG", "GB", "KN", "NK", "NT", "TN", "ZZ"})
-_NINO = re.compile(r"(?<!\w)([A-Z]{2}) ?(\d{2}) ?(\d{2}) ?(\d{2}) ?([A-D])(?!\w)")
+# The word-boundary check follows the first letter so that `re` can scan for it first.
+_NINO = re.compile(r"([A-Z](?<!\w[A-Z])[A-Z]) ?(\d{2}) ?(\d{2}) ?(\d{2}) ?([A-D])(?!\w)")
 
 
 def prefix_ok(prefix: str) -> bool:

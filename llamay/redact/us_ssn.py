@@ -19,7 +19,7 @@ __all__ = ["DETECTOR", "INVALID", "find", "ssn_ok"]
 # pamphlet's sample; 123-45-6789: the usual sample, never validly held.
 INVALID = frozenset({"078051120", "219099999", "123456789"})
 # Not inside a longer number: no word character or digit-and-separator on either side.
-_SSN = re.compile(r"(?<![\w-])(?<!\d[ .])(\d{3})([- ])(\d{2})\2(\d{4})(?!\w|[ .-]\d)")
+_SSN = re.compile(r"(\d(?<![\w-]\d)(?<!\d[ .]\d)\d{2})([- ])(\d{2})\2(\d{4})(?!\w|[ .-]\d)")
 
 
 def ssn_ok(area: str, group: str, serial: str) -> bool:

@@ -253,3 +253,10 @@ def test_date_of_birth_near_misses() -> None:
             "born in 1985",
         ],
     )
+
+
+def test_card_head_of_a_longer_printed_number_is_not_a_card() -> None:
+    # "6759 5443 2919" is a Luhn-valid 12-digit Maestro number; the 16 digits are not valid.
+    assert spans("CARD_NUMBER", "6759 5443 2919 1302") == []
+    assert spans("CARD_NUMBER", "4111 1111 1111 1111 2025") == ["4111 1111 1111 1111"]
+    assert spans("CARD_NUMBER", "4111111111111111 2025") == ["4111111111111111"]
