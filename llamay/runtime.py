@@ -5,20 +5,23 @@ An app factory receives a Runtime; nothing here is module-level state.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .backend.context import Context, ContextConfig
 from .backend.model import Model, ModelInfo
 from .chat.template import ChatTemplate
 from .engine.engine import Engine, EngineConfig
-from .errors import ModelNotFound
+from .errors import Conflict, ModelNotFound, Overloaded
 
-__all__ = ["LoadedModel", "Runtime", "RuntimeConfig", "load_model"]
+__all__ = ["LoadedModel", "LoadRefused", "Runtime", "RuntimeConfig", "load_model", "mem_available"]
 
 log = logging.getLogger("llamay.runtime")
 
@@ -38,6 +41,10 @@ class RuntimeConfig:
     home: Path | None = None  # contexts are saved under home/contexts; None: not kept
 
 
+class LoadRefused(Conflict):
+    code = "load_refused"
+
+
 @dataclass
 class LoadedModel:
     name: str
@@ -47,6 +54,19 @@ class LoadedModel:
     template: ChatTemplate
     sha256: str | None
     loaded_at: float = field(default_factory=time.time)
+    keep_alive: float = -1.0  # seconds idle before unloading; negative: never
+    last_used: float = field(default_factory=time.time)
+
+    def touch(self) -> None:
+        self.last_used = time.time()
+
+    @property
+    def idle(self) -> bool:
+        return self.engine.running == 0 and self.engine.queue_depth == 0
+
+    @property
+    def expires_at(self) -> float | None:
+        return None if self.keep_alive < 0 else self.last_used + self.keep_alive
 
     @property
     def info(self) -> ModelInfo:
@@ -108,29 +128,147 @@ def load_model(name: str, path: Path, config: RuntimeConfig, sha256: str | None 
 
 
 class Runtime:
-    """The models a server holds. `get("")` or `get(None)` is the default model."""
+    """The models a server holds, loaded on demand.
 
-    def __init__(self, default: LoadedModel) -> None:
-        self._models: dict[str, LoadedModel] = {default.name: default}
-        self.default_name = default.name
+    `use(name)` returns a loaded model, loading it in a worker thread if needed (other
+    models keep serving meanwhile). At most `max_loaded` stay resident; the least recently
+    used idle one makes room. A model unloads once idle past its keep-alive (negative:
+    never). A load that would not fit in available memory is refused (409 load_refused).
+    """
+
+    def __init__(
+        self,
+        config: RuntimeConfig | None = None,
+        *,
+        resolve: Callable[[str], tuple[str, Path, str | None]] | None = None,
+        store: Any = None,
+        max_loaded: int = 2,
+        keep_alive: float = 300.0,
+        default: str | None = None,
+    ) -> None:
+        self.config = config or RuntimeConfig()
+        self.store = store
+        self._resolve = resolve
+        self.max_loaded = max(1, max_loaded)
+        self.keep_alive = keep_alive
+        self.default_name = default or ""
+        self._models: dict[str, LoadedModel] = {}
+        self._aliases: dict[str, str] = {}
+        self._loading: dict[str, asyncio.Future[LoadedModel]] = {}
+        self._generation = 0
         self._lock = threading.Lock()
         self.started = time.time()
 
-    def get(self, name: str | None) -> LoadedModel:
-        if not name:
-            return self._models[self.default_name]
+    # -- lookup --------------------------------------------------------------------------
+    def add(self, lm: LoadedModel, *, default: bool = False, keep_alive: float | None = None) -> None:
+        """Hold an already loaded model (serve preloads its default model this way)."""
+        lm.keep_alive = self.keep_alive if keep_alive is None else keep_alive
+        lm.touch()
         with self._lock:
-            found = self._models.get(name) or self._models.get(_with_tag(name))
+            self._models[lm.name] = lm
+            self._aliases[lm.name] = lm.name
+        if default or not self.default_name:
+            self.default_name = lm.name
+
+    def get(self, name: str | None) -> LoadedModel:
+        """A model that is loaded now (no loading); ModelNotFound otherwise."""
+        key = self._canonical(name)
+        with self._lock:
+            found = self._models.get(key) if key else None
         if found is None:
-            raise ModelNotFound(
-                f"model '{name}' is not loaded here; available: {', '.join(sorted(self._models))}",
-                param="model",
-            )
+            loaded = ", ".join(sorted(self._models)) or "none"
+            raise ModelNotFound(f"model '{name}' is not loaded (loaded: {loaded})", param="model")
+        found.touch()
         return found
 
-    def models(self) -> list[LoadedModel]:
+    def loaded(self) -> list[LoadedModel]:
         with self._lock:
             return list(self._models.values())
+
+    models = loaded
+
+    async def use(self, name: str | None, keep_alive: float | None = None) -> LoadedModel:
+        """The model `name` ("" or None: the default), loading it if needed."""
+        key = self._canonical(name)
+        with self._lock:
+            found = self._models.get(key) if key else None
+        if found is None:
+            key, found = await self._load(name or self.default_name)
+        if keep_alive is not None:
+            found.keep_alive = keep_alive
+        found.touch()
+        return found
+
+    # -- loading / unloading -------------------------------------------------------------
+    async def _load(self, name: str) -> tuple[str, LoadedModel]:
+        if self._resolve is None:
+            raise ModelNotFound(
+                f"model '{name}' is not loaded and this server cannot load models", param="model"
+            )
+        canonical, path, sha = await asyncio.to_thread(self._resolve, name)
+        self._aliases[name] = canonical
+        with self._lock:
+            if canonical in self._models:
+                return canonical, self._models[canonical]
+            pending = self._loading.get(canonical)
+        if pending is not None:  # someone is loading it already: share that load
+            return canonical, await asyncio.shield(pending)
+        fut: asyncio.Future[LoadedModel] = asyncio.get_running_loop().create_future()
+        self._loading[canonical] = fut
+        try:
+            check_memory(canonical, path)
+            await self._make_room()
+            generation = self._generation
+            lm = await asyncio.to_thread(load_model, canonical, path, self.config, sha)
+            if generation != self._generation:  # a reset happened meanwhile
+                await asyncio.to_thread(lm.close)
+                raise Conflict(f"loading '{canonical}' was cancelled by a reset")
+            self.add(lm)
+            fut.set_result(lm)
+            return canonical, lm
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: waiters re-raise it
+            raise
+        finally:
+            self._loading.pop(canonical, None)
+
+    async def _make_room(self) -> None:
+        while len(self._models) >= self.max_loaded:
+            idle = [m for m in self.loaded() if m.idle]
+            if not idle:
+                raise Overloaded(
+                    f"all {len(self._models)} loaded models are busy; retry shortly", retry_after=2
+                )
+            # Models kept without expiry (the one `serve` was started with) go last.
+            await self.unload(min(idle, key=lambda m: (m.keep_alive < 0, m.last_used)).name)
+
+    async def unload(self, name: str) -> bool:
+        """Unload a model (its running requests end with reason 'abort'); False if not loaded."""
+        key = self._canonical(name)
+        with self._lock:
+            lm = self._models.pop(key, None)
+        if lm is None:
+            return False
+        log.info("unloading model", extra={"fields": {"model": lm.name}})
+        await asyncio.to_thread(lm.close)
+        return True
+
+    async def reset(self) -> list[str]:
+        """Unload everything now, and cancel loads in progress; never waits behind work."""
+        self._generation += 1
+        names = [m.name for m in self.loaded()]
+        for n in names:
+            await self.unload(n)
+        return names
+
+    async def reap(self) -> None:
+        """Unload models idle past their keep-alive (call periodically)."""
+        now = time.time()
+        for m in self.loaded():
+            expires = m.expires_at
+            if expires is not None and expires <= now and m.idle:
+                await self.unload(m.name)
 
     def close(self) -> None:
         """Stop every engine (saving its contexts) and free the models; idempotent."""
@@ -139,6 +277,40 @@ class Runtime:
             self._models.clear()
         for m in models:
             m.close()
+
+    def _canonical(self, name: str | None) -> str:
+        if not name:
+            return self.default_name
+        if name in self._models:
+            return name
+        return self._aliases.get(name) or self._aliases.get(_with_tag(name)) or name
+
+
+def check_memory(name: str, path: Path, reserve: int = 256 * 1024 * 1024) -> None:
+    """Refuse a load that would not fit: MemAvailable below the file size plus a reserve."""
+    available = mem_available()
+    if available is None:
+        return
+    need = path.stat().st_size + reserve
+    if available < need:
+        raise LoadRefused(
+            f"not enough memory to load '{name}': it needs about {need // 2**20} MiB "
+            f"and {available // 2**20} MiB are available"
+        )
+
+
+def mem_available() -> int | None:
+    override = os.environ.get("LLAMAY_MEM_AVAILABLE")  # lets tests simulate a small machine
+    if override:
+        return int(override)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 def _with_tag(name: str) -> str:

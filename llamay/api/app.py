@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,12 +21,12 @@ from .anthropic.routes import anthropic_routes
 from .authn import AuthMiddleware
 from .contexts import context_routes
 from .embeddings import embeddings_routes
-from .ollama.routes import ollama_routes
-from .rag import rag_routes
-from .redact import redact_routes
 from .errors import exception_handlers
 from .http import json_response
+from .ollama.routes import ollama_routes
 from .openai.routes import openai_routes
+from .rag import rag_routes
+from .redact import redact_routes
 
 __all__ = ["create_app", "ENDPOINTS"]
 
@@ -62,6 +63,16 @@ async def health(request: Request) -> Response:
     return json_response({"status": "ok", "version": __version__, "models": models})
 
 
+async def _reap(runtime: Runtime) -> None:
+    """Unload models idle past their keep-alive."""
+    while True:
+        await asyncio.sleep(1.0)
+        try:
+            await runtime.reap()
+        except Exception:  # keep reaping whatever one unload did
+            logging.getLogger("llamay.runtime").exception("unloading an idle model failed")
+
+
 def create_app(runtime: Runtime, keys: KeyRing | None = None) -> Starlette:
     keys = keys or KeyRing([])
     routes = [
@@ -78,7 +89,9 @@ def create_app(runtime: Runtime, keys: KeyRing | None = None) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        reaper = asyncio.create_task(_reap(runtime))
         yield
+        reaper.cancel()
         # Shutdown runs here, before the server process exits: engines stop and contexts
         # are written to disk.
         await asyncio.to_thread(runtime.close)

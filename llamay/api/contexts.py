@@ -47,7 +47,7 @@ def single_user(request: Request) -> bool:
 async def create_context(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     f = Fields(await read_json(request))
-    lm = runtime.get(f.text("model", ""))
+    lm = await runtime.use(f.text("model", ""))
     marking = f.text("marking")
     tokens = _prefix_tokens(lm, f)
     principal = principal_of(request)
@@ -127,7 +127,7 @@ async def restore_context(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     data = await read_body(request, MAX_SNAPSHOT)
     header, state = read_snapshot(data)
-    lm = runtime.get(request.query_params.get("model", ""))
+    lm = await runtime.use(request.query_params.get("model", ""))
     check_model(header, lm.name, lm.sha256 or "")
     principal = principal_of(request)
     principal.check_owner(header.owner, "the snapshot")

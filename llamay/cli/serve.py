@@ -11,7 +11,7 @@ from typing import Any
 from .common import fail, flag, human_bytes, human_count, resolve_model
 from .logs import kv, setup_logging
 
-__all__ = ["add_parser", "parse_addr"]
+__all__ = ["add_parser", "parse_addr", "parse_duration"]
 
 log = logging.getLogger("llamay.cli")
 DEFAULT_ADDR = "localhost:11435"
@@ -54,6 +54,21 @@ def add_parser(sub: Any) -> None:
     )
     flag(
         p,
+        "max-loaded",
+        dest="max_loaded",
+        type=int,
+        default=2,
+        help="models held in memory at once (default 2)",
+    )
+    flag(
+        p,
+        "keepalive",
+        type=parse_duration,
+        default=300.0,
+        help="how long an idle model stays loaded: 30s, 5m, 1h; negative keeps it (default 5m; the -m model stays)",
+    )
+    flag(
+        p,
         "keys",
         type=Path,
         default=None,
@@ -61,6 +76,18 @@ def add_parser(sub: Any) -> None:
     )
     flag(p, "log-level", dest="log_level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     p.set_defaults(func=run_serve)
+
+
+def parse_duration(text: str) -> float:
+    """ "30s", "5m", "1h", "250ms" or plain seconds; negative means forever."""
+    t = text.strip().lower()
+    for suffix, scale in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
+        if t.endswith(suffix) and t[: -len(suffix)].lstrip("-").replace(".", "", 1).isdigit():
+            return float(t[: -len(suffix)]) * scale
+    try:
+        return float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 30s, 5m, 1h)") from None
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -85,7 +112,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from ..api.app import create_app
     from ..auth import KeyRing
     from ..runtime import Runtime, RuntimeConfig, load_model
-    from ..store import llamay_home
+    from ..store import ModelStore, llamay_home
 
     setup_logging(args.log_level)
     try:
@@ -105,7 +132,16 @@ def run_serve(args: argparse.Namespace) -> int:
         loaded = load_model(name, path, config, sha)
     except Exception as exc:
         return fail(exc)
-    runtime = Runtime(loaded)
+    store = ModelStore()
+
+    def resolve(name: str) -> tuple[str, Path, str | None]:
+        found = store.resolve(name)
+        return found.name, found.path, found.sha256
+
+    runtime = Runtime(
+        config, resolve=resolve, store=store, max_loaded=args.max_loaded, keep_alive=args.keepalive
+    )
+    runtime.add(loaded, default=True, keep_alive=-1.0)
     info = loaded.info
     addr = f"{host}:{port}"
     log.info(

@@ -24,7 +24,7 @@ __all__ = ["chat_completions"]
 async def chat_completions(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     req = parse_chat(await read_json(request))
-    lm = runtime.get(req.common.model)
+    lm = await runtime.use(req.common.model)
     setup = prepare_chat(lm, req.options)
     await check_plan(lm, setup.plan)
     async with session_tokens(request, lm, req.common, setup.tokens, setup.text) as tokens:

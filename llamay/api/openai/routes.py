@@ -34,7 +34,7 @@ def completion_prompt(lm: LoadedModel, prompt: str | list[int]) -> list[int]:
 async def completions(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     req = parse_completion(await read_json(request))
-    lm = runtime.get(req.common.model)
+    lm = await runtime.use(req.common.model)
     if len(req.prompts) > 1 and (req.common.stream or req.common.session is not None):
         raise InvalidRequest("streaming and 'llamay_session' take one prompt per request", param="prompt")
     prompts = [completion_prompt(lm, p) for p in req.prompts]
