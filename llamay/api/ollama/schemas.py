@@ -1,0 +1,288 @@
+"""Ollama request bodies parsed into typed records. Every bad field is a 400 naming it.
+
+Sampling defaults are Ollama's (temperature 0.8, top_k 40, top_p 0.9, repeat_penalty 1.1
+over the last 64 tokens), so code written for Ollama samples the same way here. Options
+Ollama accepts but that mean nothing to this server (GPU layers, mmap, mirostat, ...) are
+accepted and ignored; unknown options are logged and ignored, as Ollama does.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...chat.tools import ToolSpec, parse_tools
+from ...errors import InvalidRequest
+from ...grammar import Grammar
+from ...types import SamplingParams
+from ..fields import Fields
+from .messages import chat_messages, no_images
+
+__all__ = [
+    "Common",
+    "Generation",
+    "OllamaChat",
+    "OllamaGenerate",
+    "parse_chat",
+    "parse_generate",
+    "parse_keep_alive",
+    "parse_options",
+]
+
+log = logging.getLogger("llamay.api.ollama")
+
+THINK_LEVELS = ("low", "medium", "high", "max")
+MAX_STOP = 16
+# Accepted for compatibility; they tune hardware or samplers this server does not have.
+IGNORED_OPTIONS = frozenset(
+    [
+        "numa",
+        "num_batch",
+        "num_gpu",
+        "main_gpu",
+        "low_vram",
+        "f16_kv",
+        "logits_all",
+        "vocab_only",
+        "use_mmap",
+        "use_mlock",
+        "embedding_only",
+        "num_thread",
+        "num_keep",
+        "tfs_z",
+        "mirostat",
+        "mirostat_tau",
+        "mirostat_eta",
+        "penalize_newline",
+        "draft_num_predict",
+    ]
+)
+_DURATION = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+@dataclass(frozen=True)
+class Generation:
+    """How to sample and when to stop. `num_predict` None: until the context is full.
+    `num_ctx` is what the client asked for (the loaded context is fixed; logged only).
+    `repeat_whole_context`: repeat_last_n was -1 (Ollama: the whole context)."""
+
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: tuple[str, ...] = ()
+    num_predict: int | None = None
+    num_ctx: int | None = None
+    repeat_whole_context: bool = False
+
+
+@dataclass(frozen=True)
+class Common:
+    """Fields /api/chat and /api/generate share. `keep_alive` in seconds: None = the
+    server's default, 0 = unload when idle, negative = keep loaded. `think` None: the
+    model's default (a thinking model thinks, reported apart); `think_level` a level name."""
+
+    model: str
+    stream: bool
+    keep_alive: float | None
+    gen: Generation
+    grammar: Grammar | None
+    think: bool | None
+    think_level: str | None
+    logprobs: bool
+
+
+@dataclass(frozen=True)
+class OllamaChat:
+    """`messages` are already in the shape chat templates and tool formats expect."""
+
+    common: Common
+    messages: list[dict[str, Any]]
+    tools: list[ToolSpec]
+
+
+@dataclass(frozen=True)
+class OllamaGenerate:
+    common: Common
+    prompt: str
+    system: str | None
+    template: str | None
+    raw: bool
+    context: list[int] | None
+
+
+def parse_keep_alive(value: Any, param: str = "keep_alive") -> float | None:
+    """Ollama's keep_alive: a number of seconds or a Go duration ("5m", "1h30m", "-1m");
+    any negative value means "keep loaded". Returns seconds (negative kept as -1.0)."""
+    if value is None:
+        return None
+    seconds: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        sign = -1.0 if text.startswith("-") else 1.0
+        body = text.lstrip("+-")
+        try:
+            seconds = sign * float(body)  # a bare number: seconds
+        except ValueError:
+            parts = _DURATION.findall(body)
+            if body and "".join(n + u for n, u in parts) == body:
+                seconds = sign * sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    if seconds is None or seconds != seconds:
+        raise InvalidRequest(
+            f'\'{param}\' must be a duration such as "5m" or "1h30m", or a number of seconds '
+            f"(negative: keep loaded), not {value!r}",
+            param=param,
+        )
+    return -1.0 if seconds < 0 else seconds
+
+
+def _stop(f: Fields) -> tuple[str, ...]:
+    raw = f.raw("stop")
+    if raw is None:
+        return ()
+    items = [raw] if isinstance(raw, str) else raw
+    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+        raise InvalidRequest(
+            f"'{f.name('stop')}' must be a string or an array of strings", param=f.name("stop")
+        )
+    if len(items) > MAX_STOP:
+        raise InvalidRequest(f"'{f.name('stop')}' may hold at most {MAX_STOP} strings", param=f.name("stop"))
+    return tuple(s for s in items if s)
+
+
+def parse_options(raw: Any, *, logprobs: bool = False, top_logprobs: int = 0) -> Generation:
+    """The `options` object (may be None). Values out of range are a 400 naming them."""
+    f = Fields(raw if raw is not None else {}, "options")
+    for key in f.body:
+        if key in IGNORED_OPTIONS:
+            log.debug("ignoring Ollama option %r: not used by this server", key)
+        elif key not in _KNOWN_OPTIONS:
+            log.warning("ignoring unknown Ollama option %r", key)
+    seed = f.integer("seed", None)
+    num_predict = f.integer("num_predict", None)
+    repeat_last_n = f.integer("repeat_last_n", 64, lo=-1)
+    typical_p = f.number("typical_p", 1.0, lo=0.0, hi=1.0)
+    repeat_penalty = f.number("repeat_penalty", 1.1, lo=0.0, hi=10.0)
+    sampling = SamplingParams(
+        temperature=f.number("temperature", 0.8, lo=0.0),
+        top_k=max(0, f.integer("top_k", 40)),
+        top_p=f.number("top_p", 0.9, lo=0.0, hi=1.0),
+        min_p=f.number("min_p", 0.0, lo=0.0, hi=1.0),
+        typical_p=typical_p or 1.0,  # 0 means "off" to Ollama
+        repeat_penalty=repeat_penalty or 1.0,
+        repeat_last_n=max(0, repeat_last_n),
+        presence_penalty=f.number("presence_penalty", 0.0),
+        frequency_penalty=f.number("frequency_penalty", 0.0),
+        seed=None if seed is None or seed < 0 else seed,  # -1: a random seed
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+    )
+    try:
+        sampling.validate()
+    except InvalidRequest as exc:
+        raise InvalidRequest(exc.message.replace("'", "'options.", 1), param=f"options.{exc.param}") from None
+    return Generation(
+        sampling=sampling,
+        stop=_stop(f),
+        num_predict=None if num_predict is None or num_predict < 0 else num_predict,
+        num_ctx=f.integer("num_ctx", None, lo=1),
+        repeat_whole_context=repeat_last_n == -1,
+    )
+
+
+_KNOWN_OPTIONS = frozenset(
+    [
+        "seed",
+        "num_predict",
+        "repeat_last_n",
+        "typical_p",
+        "repeat_penalty",
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "stop",
+        "num_ctx",
+    ]
+)
+
+
+def _format(f: Fields) -> Grammar | None:
+    """`format`: "json" (any JSON object) or a JSON schema. Schema keywords that cannot be
+    enforced are dropped (Ollama is lenient too) and logged."""
+    raw = f.raw("format")
+    if raw is None or raw == "":
+        return None
+    if raw == "json":
+        return Grammar.json_object(param="format")
+    if isinstance(raw, Mapping):
+        grammar = Grammar.from_json_schema(dict(raw), strict=False, param="format")
+        if grammar.ignored:
+            log.info("format schema keywords not enforced: %s", ", ".join(grammar.ignored))
+        return grammar
+    raise InvalidRequest(f"'format' must be \"json\" or a JSON schema object, not {raw!r}", param="format")
+
+
+def _think(f: Fields) -> tuple[bool | None, str | None]:
+    raw = f.raw("think")
+    if raw is None or isinstance(raw, bool):
+        return raw, None
+    if isinstance(raw, str) and raw in THINK_LEVELS:
+        return True, raw
+    raise InvalidRequest(
+        f"'think' must be true, false or one of {', '.join(THINK_LEVELS)}, not {raw!r}", param="think"
+    )
+
+
+def _common(f: Fields) -> Common:
+    model = f.text("model", "") or ""
+    want_logprobs = bool(f.flag("logprobs", False))
+    top = f.integer("top_logprobs", 0, lo=0, hi=20)
+    gen = parse_options(f.obj("options"), logprobs=want_logprobs or top > 0, top_logprobs=top)
+    think, level = _think(f)
+    return Common(
+        model=model,
+        stream=bool(f.flag("stream", True)),
+        keep_alive=parse_keep_alive(f.raw("keep_alive")),
+        gen=gen,
+        grammar=_format(f),
+        think=think,
+        think_level=level,
+        logprobs=want_logprobs or top > 0,
+    )
+
+
+def parse_chat(body: Any) -> OllamaChat:
+    """POST /api/chat. Empty `messages` is a load (or, with keep_alive 0, an unload)."""
+    f = Fields(body)
+    messages = f.array("messages") or []
+    raw_tools = f.array("tools") or []
+    # Ollama does not require "type"; every tool is a function.
+    tools = [
+        {"type": "function", **t} if isinstance(t, Mapping) and "type" not in t else t for t in raw_tools
+    ]
+    return OllamaChat(_common(f), chat_messages(messages), parse_tools(tools) if tools else [])
+
+
+def parse_generate(body: Any) -> OllamaGenerate:
+    """POST /api/generate. An empty prompt is a load (or, with keep_alive 0, an unload)."""
+    f = Fields(body)
+    no_images(f.raw("images"), "images")
+    if f.text("suffix"):
+        raise InvalidRequest("'suffix' (fill-in-the-middle) is not supported by this server", param="suffix")
+    context = f.array("context")
+    if context is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in context):
+        raise InvalidRequest("'context' must be an array of token ids", param="context")
+    return OllamaGenerate(
+        common=_common(f),
+        prompt=f.text("prompt", "") or "",
+        system=f.text("system") or None,
+        template=f.text("template") or None,
+        raw=bool(f.flag("raw", False)),
+        context=list(context) if context else None,
+    )
