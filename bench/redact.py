@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +212,7 @@ def score(text: str, plants: list[Plant], found: list[Found]) -> dict[str, Any]:
         "recall_overlap": round(sum(touched) / max(1, len(valid)), 4),
         "precision": round(len(exact & set(valid)) / max(1, len(exact)), 4),
         "near_miss_hits": len(near),
+        "near_miss_hits_by_type": dict(sorted(Counter(p[0] for p, _ in near).items())),
         "near_miss_hit_examples": [f"{p[0]} {text[p[1] : p[2]]!r} <- {fs[0][0]}" for p, fs in near[:10]],
         "per_type_recall": {k: round(_share(hit, valid, k), 4) for k in kinds},
     }

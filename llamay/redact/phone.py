@@ -14,7 +14,8 @@ range. Beyond what VALID checks, three rules keep other identifiers' digits out:
 - A number must be the whole of its run of digit groups (digits joined by single spaces
   or dashes), not a piece: "030156" in the card-shaped "3424 030156 21183" is a Berlin
   number, and "12123450687" in the invalid "+44 12123450687" a US one, to the matcher's
-  inner search. For the same reason nothing inside an IBAN's shape is taken.
+  inner search. For the same reason nothing inside an IBAN's or a NINO's shape is taken
+  ("NK 04 03 59 B" holds a Hamburg number).
 - A number written in the layout of another identifier is left to it: a US SSN's
   (078-05-1120 is also a valid German number) or a dotted quad's (660.154.1.240 is also
   a valid Indian one).
@@ -38,6 +39,7 @@ from phonenumbers import Leniency, PhoneNumberFormat, PhoneNumberMatcher, PhoneN
 from ..errors import InvalidRequest
 from .base import Detector, Span
 from .iban import SHAPE as _IBAN_SHAPE
+from .uk_nino import SHAPE as _NINO_SHAPE
 from .windows import windows
 
 __all__ = ["DEFAULT_REGIONS", "DETECTOR", "phone_detector"]
@@ -72,11 +74,13 @@ def _written_as_issued(raw: str, number: phonenumbers.PhoneNumber, region: str) 
 
 
 def _is_piece(window: str, start: int, end: int) -> bool:
-    """Whether window[start:end] is part of a longer digit-group run or of an IBAN shape."""
+    """Whether window[start:end] is part of a longer digit-group run, or of an IBAN's or a
+    NINO's shape."""
     for run in _GROUP_RUN.finditer(window):
         if run.start() < end and start < run.end() and (run.start() < start or run.end() > end):
             return True
-    return any(m.start() < end and start < m.end() for m in _IBAN_SHAPE.finditer(window))
+    shapes = (*_IBAN_SHAPE.finditer(window), *_NINO_SHAPE.finditer(window))
+    return any(m.start() < end and start < m.end() for m in shapes)
 
 
 class _Region(NamedTuple):

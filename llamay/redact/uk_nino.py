@@ -13,12 +13,14 @@ from collections.abc import Iterator
 
 from .base import Detector, Span
 
-__all__ = ["DETECTOR", "find", "prefix_ok"]
+__all__ = ["DETECTOR", "SHAPE", "find", "prefix_ok"]
 
 _BAD_FIRST = frozenset("DFIQUV")
 _BAD_SECOND = frozenset("DFIQUVO")
 _BAD_PREFIXES = frozenset({"BG", "GB", "KN", "NK", "NT", "TN", "ZZ"})
 # The word-boundary check follows the first letter so that `re` can scan for it first.
+# The shape of a NINO, allocatable or not (other detectors leave such text alone).
+SHAPE = re.compile(r"[A-Z](?<!\w[A-Z])[A-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-Z](?!\w)")
 _NINO = re.compile(r"([A-Z](?<!\w[A-Z])[A-Z]) ?(\d{2}) ?(\d{2}) ?(\d{2}) ?([A-D])(?!\w)")
 
 

@@ -18,6 +18,7 @@ def found(text: str, types: list[str] | None = None) -> list[tuple[str, str]]:
     "text",
     [
         "ref KN 16 99 68 A",  # "16 99 68" is a valid German number without its trunk 0
+        "ref NK 04 03 59 B",  # "04 03 59" is a Hamburg number
         "host 660.154.1.240",  # a valid Indian number, written as a dotted quad
         "ssn 078-05-1120",  # void SSN; also a valid German number
         "card 3424 030156 21183",  # holds "030156", a Berlin number
