@@ -1,11 +1,30 @@
-"""Ollama API routes (filled in by the Ollama adapter)."""
+"""Ollama's native API (/api/...), so code written for Ollama runs against llamay by
+changing only the host. Every route answers errors as `{"error": "message"}`."""
 
 from __future__ import annotations
 
 from starlette.routing import Route
 
+from . import models
+from .chat import chat, generate
+from .common import ollama_endpoint
+
 __all__ = ["ollama_routes"]
 
 
 def ollama_routes() -> list[Route]:
-    return []
+    table = [
+        ("/api/chat", chat, ["POST"]),
+        ("/api/generate", generate, ["POST"]),
+        ("/api/tags", models.tags, ["GET"]),
+        ("/api/ps", models.ps, ["GET"]),
+        ("/api/show", models.show, ["POST"]),
+        ("/api/version", models.version, ["GET"]),
+        ("/api/copy", models.copy, ["POST"]),
+        ("/api/delete", models.delete, ["DELETE"]),
+        ("/api/pull", models.pull, ["POST"]),
+        ("/api/embed", models.embed, ["POST"]),
+        ("/api/load", models.load, ["POST"]),
+        ("/api/reset", models.reset, ["POST"]),
+    ]
+    return [Route(path, ollama_endpoint(fn), methods=methods) for path, fn, methods in table]

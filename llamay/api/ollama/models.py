@@ -1,0 +1,224 @@
+"""Ollama's model routes: /api/tags, /api/ps, /api/show, /api/version, and the ones that
+need the model store or a runtime that loads models (/api/copy, /api/delete, /api/pull,
+/api/load, /api/reset, /api/embed): those answer 501 until the feature exists."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ... import __version__
+from ...chat.reasoning import detect_reasoning
+from ...errors import InvalidRequest, ModelNotFound
+from ...runtime import LoadedModel
+from ..chatflow import model_traits
+from ..fields import Fields
+from ..http import read_json
+from . import describe
+from .adapter import iso_time
+from .common import headers, ndjson_line, ndjson_response, runtime_feature, use_model
+from .ggufmeta import HeaderCache
+from .schemas import parse_keep_alive
+
+__all__ = ["tags", "ps", "show", "version", "copy", "delete", "pull", "load", "reset", "embed"]
+
+
+def _loaded(runtime: Any) -> list[LoadedModel]:
+    models: list[LoadedModel] = runtime.loaded() if hasattr(runtime, "loaded") else runtime.models()
+    return models
+
+
+def _header(cache: HeaderCache, path: Path, *, verbose: bool = False) -> tuple[dict[str, Any], int]:
+    """(metadata, parameter count) of a GGUF file; empty for a file that cannot be read."""
+    try:
+        h = cache.get(path, verbose=verbose)
+    except (OSError, ValueError):
+        return {}, 0
+    return h.metadata, h.n_params
+
+
+def _stored(runtime: Any) -> list[Any]:
+    store = getattr(runtime, "store", None)
+    return list(store.list()) if store is not None and hasattr(store, "list") else []
+
+
+def _tags(runtime: Any, cache: HeaderCache) -> list[dict[str, Any]]:
+    out, digests = [], set()
+    for m in _stored(runtime):
+        meta, n = _header(cache, m.path)
+        out.append(
+            describe.tag_json(
+                m.name, m.size, m.sha256, m.modified.timestamp(), describe.details_json(meta, n)
+            )
+        )
+        digests.add(m.sha256)
+    for lm in _loaded(runtime):  # a model served from a file is listed too
+        if lm.sha256 in digests:
+            continue
+        meta, n = _header(cache, lm.info.path)
+        st = lm.info.path.stat()
+        details = describe.details_json(meta, n or lm.info.n_params)
+        out.append(describe.tag_json(lm.name, st.st_size, lm.sha256 or "", st.st_mtime, details))
+    return out
+
+
+async def tags(request: Request) -> Response:
+    models = await asyncio.to_thread(_tags, request.app.state.runtime, headers(request))
+    return JSONResponse({"models": models})
+
+
+def _thinks(lm: LoadedModel) -> bool:
+    return model_traits(lm).reasoning is not None
+
+
+def _ps(runtime: Any, cache: HeaderCache) -> list[dict[str, Any]]:
+    out, now = [], time.time()
+    for lm in _loaded(runtime):
+        meta, n = _header(cache, lm.info.path)
+        out.append(
+            describe.ps_json(
+                lm.name, lm.info.size_bytes, lm.sha256 or "", describe.details_json(meta, n or lm.info.n_params),
+                expires_at=getattr(lm, "expires_at", None), now=now, context_length=lm.engine.n_ctx,
+                caps=describe.capabilities(meta, thinking=_thinks(lm)),
+            )
+        )  # fmt: skip
+    return out
+
+
+async def ps(request: Request) -> Response:
+    models = await asyncio.to_thread(_ps, request.app.state.runtime, headers(request))
+    return JSONResponse({"models": models})
+
+
+def _find_loaded(runtime: Any, name: str) -> LoadedModel | None:
+    for lm in _loaded(runtime):
+        if name in (lm.name, f"{lm.name}:latest") or (
+            name == "" and lm.name == getattr(runtime, "default_name", "")
+        ):
+            return lm
+    return None
+
+
+def _show(runtime: Any, cache: HeaderCache, name: str, verbose: bool) -> dict[str, Any]:
+    lm = _find_loaded(runtime, name)
+    if lm is not None:
+        meta, n = _header(cache, lm.info.path, verbose=verbose)
+        return describe.show_json(
+            path=str(lm.info.path), meta=meta, n_params=n or lm.info.n_params, template=lm.template.source,
+            parameters=f"num_ctx {lm.engine.n_ctx}", caps=describe.capabilities(meta, thinking=_thinks(lm)),
+            modified=lm.info.path.stat().st_mtime,
+        )  # fmt: skip
+    for m in _stored(runtime):
+        if name in (m.name, m.name.removesuffix(":latest")):
+            meta, n = _header(cache, m.path, verbose=verbose)
+            template = str(meta.get("tokenizer.chat_template") or "")
+            thinks = detect_reasoning(template, lambda _: None) is not None
+            return describe.show_json(
+                path=str(m.path), meta=meta, n_params=n, template=template, parameters="",
+                caps=describe.capabilities(meta, thinking=thinks), modified=m.modified.timestamp(),
+            )  # fmt: skip
+    raise ModelNotFound(f"model '{name}' not found", param="model")
+
+
+async def show(request: Request) -> Response:
+    f = Fields(await read_json(request))
+    name = f.text("model") or f.text("name") or ""
+    verbose = bool(f.flag("verbose", False))
+    body = await asyncio.to_thread(_show, request.app.state.runtime, headers(request), name, verbose)
+    return JSONResponse(body)
+
+
+async def version(request: Request) -> Response:
+    return JSONResponse({"version": describe.OLLAMA_VERSION, "llamay": __version__})
+
+
+async def copy(request: Request) -> Response:
+    f = Fields(await read_json(request))
+    source, destination = f.text("source", required=True), f.text("destination", required=True)
+    await asyncio.to_thread(runtime_feature(request, "store", "copy"), source, destination)
+    return Response(status_code=200)
+
+
+async def delete(request: Request) -> Response:
+    f = Fields(await read_json(request))
+    name = f.text("model") or f.text("name", required=True)
+    await asyncio.to_thread(runtime_feature(request, "store", "remove"), name)
+    return Response(status_code=200)
+
+
+async def pull(request: Request) -> Response:
+    """Progress as NDJSON (`status`, and `digest` / `total` / `completed` while bytes
+    move), ending with {"status": "success"}; one object when not streamed. `name` (not
+    Ollama's) stores the model under another name than its source."""
+    f = Fields(await read_json(request))
+    source = f.text("model") or f.text("name", required=True)
+    local = f.text("name") if f.text("model") else None
+    fetch = runtime_feature(request, "store", "pull")
+    if not f.flag("stream", True):
+        await asyncio.to_thread(fetch, source, local, progress=lambda _: None)
+        return JSONResponse({"status": "success"})
+    return ndjson_response(_pull_lines(fetch, source, local))
+
+
+async def _pull_lines(fetch: Any, source: str, local: str | None) -> AsyncIterator[bytes]:
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    def progress(event: dict[str, Any]) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, dict(event))
+
+    yield ndjson_line({"status": "pulling manifest"})
+    task = asyncio.ensure_future(asyncio.to_thread(fetch, source, local, progress=progress))
+    while not task.done() or not queue.empty():
+        getter = asyncio.ensure_future(queue.get())
+        await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+        if getter.done():
+            yield ndjson_line(describe.progress_json(getter.result()))
+        else:
+            getter.cancel()
+    error = task.exception()
+    yield ndjson_line({"error": getattr(error, "message", str(error))} if error else {"status": "success"})
+
+
+async def load(request: Request) -> Response:
+    """llamay's own: load a model (Ollama's empty-prompt load, with a body of its own)."""
+    f = Fields(await read_json(request))
+    keep_alive = parse_keep_alive(f.raw("keep_alive"))
+    lm, load_ns = await use_model(request, f.text("model") or "", keep_alive)
+    return JSONResponse(
+        {"model": lm.name, "created_at": iso_time(time.time()), "done": True, "done_reason": "load",
+         "load_duration": load_ns}
+    )  # fmt: skip
+
+
+async def reset(request: Request) -> Response:
+    """llamay's own: unload every model now."""
+    names = await runtime_feature(request, "runtime", "reset")()
+    return JSONResponse({"status": "success", "unloaded": list(names or [])})
+
+
+async def embed(request: Request) -> Response:
+    """POST /api/embed: `input` a string or strings; vectors L2-normalised, cut to
+    `dimensions` if given. Needs `runtime.embed(name, texts, truncate=, keep_alive=)`
+    returning (vectors, prompt token count)."""
+    t0 = time.perf_counter()
+    f = Fields(await read_json(request))
+    raw = f.raw("input")
+    texts = [raw] if isinstance(raw, str) else raw
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        raise InvalidRequest("'input' must be a string or a non-empty array of strings", param="input")
+    dimensions = f.integer("dimensions", None, lo=1)
+    keep_alive = parse_keep_alive(f.raw("keep_alive"))
+    name = f.text("model") or ""
+    fn = runtime_feature(request, "runtime", "embed")
+    vectors, n_tokens = await fn(name, texts, truncate=bool(f.flag("truncate", True)), keep_alive=keep_alive)
+    return JSONResponse(
+        {"model": name, "embeddings": describe.embed_vectors(vectors, dimensions),
+         "total_duration": int((time.perf_counter() - t0) * 1e9), "load_duration": 0, "prompt_eval_count": n_tokens}
+    )  # fmt: skip
