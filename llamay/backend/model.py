@@ -112,7 +112,9 @@ class Model:
             if self._ll_tokenizer is None:
                 from llguidance.llamacpp import lltokenizer_from_vocab
 
-                self._ll_tokenizer = lltokenizer_from_vocab(self.vocab, n_vocab=self.n_vocab)
+                # Every end-of-generation token ends a constrained answer, not only vocab_eos.
+                eos = sorted(self.eog_ids) or None
+                self._ll_tokenizer = lltokenizer_from_vocab(self.vocab, n_vocab=self.n_vocab, eos_token=eos)
             return self._ll_tokenizer
 
     def special_id(self, text: str) -> int | None:

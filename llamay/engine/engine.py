@@ -24,6 +24,7 @@ from ..errors import ContextOverflow, EngineError, InvalidRequest, Overloaded
 from ..kv.contexts import Contexts
 from ..kv.pool import SeqPool
 from ..types import ErrorEvent, FinishEvent, FinishReason, TokenEvent, Usage
+from .repetition import structural_tokens
 from .request import GenerateRequest, Handle, Sink
 from .sampling_step import sample_step
 from .scheduler import schedule
@@ -82,6 +83,7 @@ class Engine:
         self._closing = False
         self._kv_cells = 0
         self._cache_cells = 0
+        self._structural: Any = None
         self._thread = threading.Thread(target=self._loop, name="llamay-engine", daemon=True)
         self._thread.start()
 
@@ -205,7 +207,7 @@ class Engine:
             if seed is None:
                 seed = secrets.randbits(63)
             try:
-                seq = Sequence(handle, sink, seq_id, self.model.n_vocab, seed)
+                seq = Sequence(handle, sink, seq_id, self.model.n_vocab, seed, self._structural_tokens())
                 plan = handle.request.constraint
                 if plan is not None and not plan.lazy:
                     seq.activate(self.model.ll_tokenizer)
@@ -223,6 +225,11 @@ class Engine:
             self._running.append(seq)
             self.stats.requests += 1
             used += need
+
+    def _structural_tokens(self) -> Any:
+        if self._structural is None:
+            self._structural = structural_tokens(self.model.pieces)
+        return self._structural
 
     def acquire_seq(self) -> int | None:
         """A free sequence id: evicting cached prefixes, then spilling idle contexts."""

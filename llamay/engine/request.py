@@ -65,6 +65,8 @@ class GenerateRequest:
     stop: StopSpec = field(default_factory=StopSpec)
     constraint: ConstraintPlan | None = None
     session: SessionSpec | None = None
+    # None: the default (an n-gram repetition penalty while a grammar constrains output).
+    repetition: Any = None
     id: int = field(default_factory=lambda: next(_ids))
 
 

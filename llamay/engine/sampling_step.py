@@ -53,6 +53,8 @@ def _sample(engine: Engine, s: Sequence, row: int) -> Sample | None:
     if s.constraint is None:
         return s.sampler.sample(logits)
     assert s.mask is not None
+    if s.ngram is not None:
+        logits = s.ngram.penalize(logits, s.tokens[s.n_prompt :])
     t0 = time.perf_counter()
     s.constraint.fill_mask(s.mask)
     try:

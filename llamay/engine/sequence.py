@@ -9,6 +9,7 @@ import numpy as np
 
 from ..grammar import Constraint, allocate_mask
 from ..types import SamplingParams
+from .repetition import NgramPenalty, RepetitionParams
 from .request import ConstraintPlan, GenerateRequest, Handle, Sink
 from .sampler import Sampler
 from .textstream import TextStream
@@ -20,7 +21,15 @@ class Sequence:
     """A request bound to a llama sequence id. `tokens` holds prompt + sampled tokens;
     `n_past` of them are in the KV cache."""
 
-    def __init__(self, handle: Handle, sink: Sink, seq_id: int, n_vocab: int, seed: int) -> None:
+    def __init__(
+        self,
+        handle: Handle,
+        sink: Sink,
+        seq_id: int,
+        n_vocab: int,
+        seed: int,
+        structural: np.ndarray | None = None,
+    ) -> None:
         req: GenerateRequest = handle.request
         self.handle = handle
         self.request = req
@@ -37,6 +46,11 @@ class Sequence:
         self.active = False  # the plan's trigger fired (or it had none)
         self.constraint: Constraint | None = None
         self.mask: np.ndarray | None = None
+        self.ngram: NgramPenalty | None = None
+        rep: RepetitionParams = req.repetition or RepetitionParams()
+        has_grammar = self.plan is not None and self.plan.grammar is not None
+        if has_grammar and rep.enabled and rep.multiplier > 0 and structural is not None:
+            self.ngram = NgramPenalty(rep, structural, req.tokens)
         self.mask_steps = 0
         self.mask_seconds = 0.0
         self.decode_seconds = 0.0

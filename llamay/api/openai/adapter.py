@@ -50,7 +50,12 @@ def requests_for(
         session = SessionSpec(context_id=common.session) if common.session else None
         out.append(
             GenerateRequest(
-                tokens=list(tokens), sampling=sampling, stop=stop, constraint=plan, session=session
+                tokens=list(tokens),
+                sampling=sampling,
+                stop=stop,
+                constraint=plan,
+                session=session,
+                repetition=common.repetition,
             )
         )
     return out

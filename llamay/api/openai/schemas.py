@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...chat.tools import parse_tool_choice, parse_tools
+from ...engine.repetition import RepetitionParams
 from ...errors import InvalidRequest
 from ...grammar import Grammar
 from ...types import SamplingParams
@@ -31,6 +32,7 @@ class Common:
     sampling: SamplingParams
     grammar: Grammar | None = None
     session: str | None = None
+    repetition: RepetitionParams | None = None
 
 
 @dataclass(frozen=True)
@@ -108,8 +110,35 @@ def _common(f: Fields, *, default_max: int | None, logprobs: int) -> Common:
     if session is not None and n > 1:
         raise InvalidRequest("'n' must be 1 with 'llamay_session'", param="n")
     return Common(
-        model, stream, include_usage, max_tokens, n, _stop(f), sampling.validate(), _grammar(f), session
+        model,
+        stream,
+        include_usage,
+        max_tokens,
+        n,
+        _stop(f),
+        sampling.validate(),
+        _grammar(f),
+        session,
+        _repetition(f),
     )
+
+
+def _repetition(f: Fields) -> RepetitionParams | None:
+    """`repetition`: false turns the n-gram penalty off; an object tunes it."""
+    raw = f.raw("repetition")
+    if raw is None:
+        return None
+    if isinstance(raw, bool):
+        return RepetitionParams(enabled=raw)
+    rf = Fields(raw, "repetition")
+    d = RepetitionParams()
+    return RepetitionParams(
+        enabled=rf.flag("enabled", True),
+        multiplier=rf.number("multiplier", d.multiplier),
+        base=rf.number("base", d.base),
+        allowed_length=rf.integer("allowed_length", d.allowed_length),
+        window=rf.integer("window", d.window),
+    ).validate()
 
 
 def _grammar(f: Fields) -> Grammar | None:
