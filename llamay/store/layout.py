@@ -1,35 +1,42 @@
-"""The on-disk layout of the store, its manifests, and the lock that serializes fetches.
+"""The on-disk layout of the store, manifest I/O, and the locks that serialize fetches.
 
-    <home>/models/blobs/sha256-<hex>                GGUF files, named by their content digest
-    <home>/models/manifests/<model>/<tag>.json      which blob a name points to, and whence
-    <home>/models/tmp/                              downloads in progress (same filesystem as
-                                                    blobs/, so the final rename is atomic)
-    <home>/models/locks/sha256-<hex>.lock           held while that blob is being fetched
+    <home>/models/blobs/sha256-<hex>                        file contents, named by digest
+    <home>/models/manifests/<namespace>/<model>/<tag>.json  which blobs a name points to
+    <home>/models/splits/<id>/<original part names>         hard links to the blobs of a split
+                                                            set, side by side under the names
+                                                            llama.cpp derives from the first
+    <home>/models/tmp/<key>.partial (+ .json)               downloads in progress (same file
+                                                            system as blobs/: renames are atomic)
+    <home>/models/locks/<key>.lock                          held while <key> is being fetched
 
-A blob only ever appears by atomic rename after its digest was verified, and a manifest is
-written (atomically too) only after its blob is in place, so readers never see partial data
-and need no lock.
+A blob only appears by atomic rename after its digest was verified, and a manifest is written
+(atomically too) only after its blobs are in place, so readers never see partial data and need
+no lock. Manifests of the first layout (`manifests/<model>/<tag>.json`, namespace `library`)
+are still read, and replaced by the new path when rewritten.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
-import json
 import os
-import sys
 import tempfile
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-__all__ = ["Layout", "Manifest", "file_sha256", "llamay_home"]
+from llamay.store.manifest import Manifest
+from llamay.store.names import DEFAULT_NAMESPACE, ModelName
+
+__all__ = ["Layout", "file_sha256", "llamay_home"]
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - non-POSIX; atomic renames still keep blobs whole
     fcntl = None  # type: ignore[assignment]
+
+# The lock taken around every manifest change (write, copy, delete), held only briefly.
+MANIFESTS_LOCK = "manifests"
 
 
 def llamay_home() -> Path:
@@ -38,91 +45,68 @@ def llamay_home() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".llamay"
 
 
-@dataclass(frozen=True)
-class Manifest:
-    """What a name points to: blob `digest` (hex sha256) of `size` bytes, obtained from
-    `source` (free-form JSON describing the index and wheels), written at `created` (ISO)."""
-
-    name: str
-    tag: str
-    digest: str
-    size: int
-    source: dict[str, Any] = field(default_factory=dict)
-    created: str = ""
-
-    def to_json(self) -> str:
-        data = asdict(self)
-        data["digest"] = f"sha256:{self.digest}"
-        return json.dumps(data, indent=2) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str) -> Manifest:
-        data = json.loads(text)
-        algo, _, digest = str(data["digest"]).partition(":")
-        if algo != "sha256" or len(digest) != 64:
-            raise ValueError(f"unsupported digest {data['digest']!r}")
-        return cls(
-            name=str(data["name"]),
-            tag=str(data["tag"]),
-            digest=digest,
-            size=int(data["size"]),
-            source=dict(data.get("source") or {}),
-            created=str(data.get("created", "")),
-        )
-
-
 class Layout:
-    """Paths under one home directory, plus manifest I/O and the per-blob fetch lock."""
+    """Paths under one home directory, plus manifest I/O and the per-key fetch locks."""
 
     def __init__(self, home: Path) -> None:
         self.home = home
         self.models = home / "models"
         self.blobs = self.models / "blobs"
         self.manifests = self.models / "manifests"
+        self.splits = self.models / "splits"
         self.tmp = self.models / "tmp"
         self.locks = self.models / "locks"
 
     def blob(self, sha256: str) -> Path:
         return self.blobs / f"sha256-{sha256}"
 
-    def manifest(self, model: str, tag: str) -> Path:
-        return self.manifests / model / f"{tag}.json"
+    def manifest_path(self, name: ModelName) -> Path:
+        return self.manifests / name.namespace / name.model / f"{name.tag}.json"
+
+    def _legacy_path(self, name: ModelName) -> Path | None:
+        if name.namespace != DEFAULT_NAMESPACE:
+            return None
+        return self.manifests / name.model / f"{name.tag}.json"
 
     def make_dirs(self) -> None:
         for directory in (self.blobs, self.manifests, self.tmp, self.locks):
             directory.mkdir(parents=True, exist_ok=True)
 
-    def temp_file(self, sha256: str, suffix: str) -> Path:
-        """A new, uniquely named empty file in tmp/ whose name starts with the blob's digest
-        (so `clear_temps` can find leftovers of a crashed fetch of the same blob)."""
-        fd, name = tempfile.mkstemp(prefix=f"sha256-{sha256}.", suffix=suffix, dir=self.tmp)
+    def partial(self, key: str) -> Path:
+        """Where the download for `key` accumulates; it survives failures so a later attempt
+        resumes it. Only the holder of `lock(key)` may touch it."""
+        return self.tmp / f"{key}.partial"
+
+    def temp_file(self, key: str, suffix: str) -> Path:
+        """A new, uniquely named empty file in tmp/ whose name starts with `key`."""
+        fd, name = tempfile.mkstemp(prefix=f"{key}.", suffix=suffix, dir=self.tmp)
         os.close(fd)
         # mkstemp makes it 0600; blobs and manifests are renamed from here and must stay
         # readable by other users who share the store (e.g. a server running as another user).
         os.chmod(name, 0o644)
         return Path(name)
 
-    def clear_temps(self, sha256: str) -> None:
-        """Delete temp files of earlier fetches of this blob. Only safe under `lock(sha256)`:
-        then no live fetch of this blob can own them."""
-        for path in self.tmp.glob(f"sha256-{sha256}.*"):
+    def clear_temps(self, key: str) -> None:
+        """Delete every temp file of `key`, partial downloads included. Only under lock(key)."""
+        for path in self.tmp.glob(f"{key}.*"):
             path.unlink(missing_ok=True)
 
     @contextlib.contextmanager
-    def lock(self, sha256: str, *, on_wait: str | None = None) -> Iterator[None]:
-        """Hold an exclusive lock for fetching this blob, across threads and processes.
+    def lock(self, key: str, *, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+        """Hold the exclusive lock `key`, across threads and processes.
 
         flock() locks belong to the open file description, so two threads that each open the
-        lock file exclude each other just as two processes do. `on_wait` is printed to stderr
-        if the lock is busy, so a blocked caller knows why it is waiting."""
+        lock file exclude each other just as two processes do (and one thread taking the same
+        key twice deadlocks: callers never nest a key). `on_wait` is called once if the lock is
+        busy, before blocking, so a caller can say why it waits."""
         self.make_dirs()
-        with open(self.locks / f"sha256-{sha256}.lock", "a+b") as handle:
+        with open(self.locks / f"{key}.lock", "a+b") as handle:
             if fcntl is not None:
                 try:
                     fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    if on_wait:
-                        print(on_wait, file=sys.stderr, flush=True)
+                    if on_wait is not None:
+                        on_wait()
                     fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:
                 yield
@@ -130,32 +114,110 @@ class Layout:
                 if fcntl is not None:
                     fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
-    def read_manifest(self, model: str, tag: str) -> Manifest | None:
-        """The manifest for `model:tag`, or None if absent or unreadable (an unreadable one is
-        treated as absent so that the model is fetched again rather than failing forever)."""
-        try:
-            return Manifest.from_json(self.manifest(model, tag).read_text(encoding="utf-8"))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+    def is_locked(self, key: str) -> bool:
+        """Whether someone holds lock(key) right now (a fetch of it is under way)."""
+        path = self.locks / f"{key}.lock"
+        if fcntl is None or not path.exists():
+            return False
+        with open(path, "a+b") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            return False
+
+    def read_manifest(self, name: ModelName) -> Manifest | None:
+        """The manifest of `name`, or None if absent or unreadable (an unreadable one is treated
+        as absent, so that a catalog model is fetched again rather than failing forever)."""
+        for path in (self.manifest_path(name), self._legacy_path(name)):
+            if path is None:
+                continue
+            try:
+                manifest = Manifest.from_json(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            return dataclasses.replace(manifest, name=name)  # the path is what names it
+        return None
 
     def write_manifest(self, manifest: Manifest) -> Path:
         """Write atomically: a reader sees the old manifest or the new one, never half."""
-        path = self.manifest(manifest.name, manifest.tag)
+        path = self.manifest_path(manifest.name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.temp_file(manifest.digest, ".json")
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        temp = self.temp_file(f"manifest-{manifest.digest}", ".json")
         try:
             temp.write_text(manifest.to_json(), encoding="utf-8")
             os.replace(temp, path)
         finally:
             temp.unlink(missing_ok=True)
+        legacy = self._legacy_path(manifest.name)
+        if legacy is not None:
+            legacy.unlink(missing_ok=True)
         return path
 
+    def delete_manifest(self, name: ModelName) -> bool:
+        """Delete `name`'s manifest (either layout); True if there was one."""
+        found = False
+        for path in (self.manifest_path(name), self._legacy_path(name)):
+            if path is not None and path.is_file():
+                path.unlink()
+                found = True
+                with contextlib.suppress(OSError):  # tidy: drop directories left empty
+                    path.parent.rmdir()
+                    path.parent.parent.rmdir()
+        return found
+
     def iter_manifests(self) -> Iterator[tuple[Path, Manifest]]:
-        """Every readable manifest, in path order."""
-        for path in sorted(self.manifests.glob("*/*.json")):
-            manifest = self.read_manifest(path.parent.name, path.stem)
+        """Every readable manifest (either layout; the new one wins), in name order."""
+        found: dict[ModelName, tuple[Path, Manifest]] = {}
+        for path in sorted(self.manifests.glob("*/*.json")):  # first layout
+            name = ModelName(DEFAULT_NAMESPACE, path.parent.name, path.stem)
+            manifest = self.read_manifest(name)
             if manifest is not None:
-                yield path, manifest
+                found[name] = (path, manifest)
+        for path in sorted(self.manifests.glob("*/*/*.json")):
+            name = ModelName(path.parent.parent.name, path.parent.name, path.stem)
+            manifest = self.read_manifest(name)
+            if manifest is not None:
+                found[name] = (path, manifest)
+        for name in sorted(found):
+            yield found[name]
+
+    def model_path(self, manifest: Manifest, *, link: bool) -> Path | None:
+        """The file to load for `manifest` (its blob; for a split set the first part in its
+        split folder), or None if a blob is missing. `link` (re)creates the split links."""
+        blobs = [self.blob(p.digest) for p in manifest.parts]
+        if not all(b.is_file() for b in blobs):
+            return None
+        if len(blobs) == 1:
+            return blobs[0]
+        if link:
+            return self.link_split(manifest)
+        return self.split_dir(manifest) / manifest.parts[0].filename
+
+    def split_dir(self, manifest: Manifest) -> Path:
+        """The folder holding a split set's parts under their original names (one per set)."""
+        joined = "\n".join(part.digest for part in manifest.parts)
+        return self.splits / hashlib.sha256(joined.encode()).hexdigest()[:32]
+
+    def link_split(self, manifest: Manifest) -> Path:
+        """Make sure the split folder of `manifest` holds every part under its original name,
+        and return the first part's path there (what llama.cpp loads, finding the rest beside
+        it). Hard links (same file system as blobs/), symbolic links where those fail."""
+        folder = self.split_dir(manifest)
+        folder.mkdir(parents=True, exist_ok=True)
+        for part in manifest.parts:
+            link, blob = folder / part.filename, self.blob(part.digest)
+            with contextlib.suppress(OSError):
+                if os.path.samefile(link, blob):
+                    continue
+            link.unlink(missing_ok=True)
+            try:
+                os.link(blob, link)
+            except OSError:
+                link.symlink_to(blob)
+        return folder / manifest.parts[0].filename
 
 
 # Hashing a 100 MB+ file costs a noticeable fraction of a second, and callers (e.g. an API that

