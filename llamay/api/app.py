@@ -23,6 +23,7 @@ from .contexts import context_routes
 from .embeddings import embeddings_routes
 from .errors import exception_handlers
 from .http import json_response
+from .metrics import CountingMiddleware, RequestCounter
 from .ollama.routes import ollama_routes
 from .openai.routes import openai_routes
 from .rag import rag_routes
@@ -41,6 +42,8 @@ ENDPOINTS: list[tuple[str, str, str]] = [
     ("GET", "/v1/contexts/{id}/snapshot", "download a context as a file"),
     ("POST", "/v1/contexts/restore", "restore a snapshot file as a new context"),
     ("DELETE", "/v1/contexts/{id}", "delete a context"),
+    ("GET", "/v1/stats", "traffic, tokens, queue, KV and cache figures (admin)"),
+    ("GET", "/metrics", "the same in Prometheus format (admin)"),
     ("GET", "/health", "liveness and engine status"),
 ]
 
@@ -99,5 +102,8 @@ def create_app(runtime: Runtime, keys: KeyRing | None = None) -> Starlette:
     app = Starlette(routes=routes, exception_handlers=exception_handlers(), lifespan=lifespan)
     app.state.runtime = runtime
     app.state.keys = keys
+    app.state.counter = RequestCounter()
     app.add_middleware(AuthMiddleware, keys=keys)
+    # Added last, so it runs first: it also counts the 401s the auth layer answers.
+    app.add_middleware(CountingMiddleware, counter=app.state.counter)
     return app

@@ -11,12 +11,26 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..auth import LOCAL, KeyRing, Principal, bearer_token
-from ..errors import Unauthorized
+from ..errors import Forbidden, Unauthorized
 from .errors import openai_error_body
 
 __all__ = ["AuthMiddleware", "principal_of"]
 
 OPEN_PATHS = frozenset({"/health"})
+# Routes that change what the server holds, or show everyone's traffic: admin keys only.
+ADMIN_PATHS = frozenset(
+    {
+        "/api/pull",
+        "/api/delete",
+        "/api/create",
+        "/api/copy",
+        "/api/push",
+        "/api/reset",
+        "/api/unload",
+        "/v1/stats",
+        "/metrics",
+    }
+)
 
 
 class AuthMiddleware:
@@ -36,22 +50,35 @@ class AuthMiddleware:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
             token = bearer_token(headers.get("authorization"), headers.get("x-api-key"))
-            state["principal"] = self.keys.authenticate(token)
-        except Unauthorized as exc:
-            await _deny(send, exc)
+            principal = self.keys.authenticate(token)
+            if scope["path"] in ADMIN_PATHS and not principal.admin:
+                raise Forbidden(f"{scope['path']} needs an admin key")
+            state["principal"] = principal
+        except (Unauthorized, Forbidden) as exc:
+            await _deny(send, scope["path"], exc)
             return
         await self.app(scope, receive, send)
 
 
-async def _deny(send: Send, exc: Unauthorized) -> None:
-    body = json.dumps(openai_error_body(exc)).encode()
+async def _deny(send: Send, path: str, exc: Unauthorized | Forbidden) -> None:
+    body = json.dumps(_error_body(path, exc)).encode()
     headers: list[Any] = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
-        (b"www-authenticate", b"Bearer"),
     ]
-    await send({"type": "http.response.start", "status": 401, "headers": headers})
+    if exc.status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": exc.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _error_body(path: str, exc: Unauthorized | Forbidden) -> dict[str, Any]:
+    """Each API's own error shape, so its official client reports the error properly."""
+    if path.startswith("/v1/messages"):
+        return {"type": "error", "error": {"type": exc.kind, "message": exc.message}}
+    if path.startswith("/api/"):
+        return {"error": exc.message}
+    return openai_error_body(exc)
 
 
 def principal_of(request: Request) -> Principal:

@@ -53,6 +53,7 @@ class EngineStats:
     requests: int = 0
     aborted: int = 0
     prompt_tokens: int = 0
+    cached_tokens: int = 0
     generated_tokens: int = 0
     steps: int = 0
     decode_seconds: float = 0.0
@@ -345,6 +346,7 @@ class Engine:
         now = time.perf_counter()
         n_gen = s.n_generated + n_extra
         self.stats.prompt_tokens += s.n_prompt
+        self.stats.cached_tokens += s.n_cached
         self.stats.generated_tokens += n_gen
         t_first = s.t_first or now
         extra = {

@@ -200,3 +200,30 @@ def test_ctx_cli_move_between_two_servers(tiny_model_path: Path, tmp_path: Path)
         bad = subprocess.run([sys.executable, "-m", "llamay", "ctx", "rm", "ctx_nope", "-url", a.base],
                              capture_output=True, text=True, timeout=60)  # fmt: skip
         assert bad.returncode == 1 and "404" in bad.stderr
+
+
+def test_admin_only_routes_and_stats(tiny_model_path: Path, tmp_path: Path) -> None:
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"keys": [{"key": "u", "principal": "ann", "role": "user"},
+                                         {"key": "a", "principal": "root", "role": "admin"}]}))  # fmt: skip
+    with start_server(tiny_model_path, "-keys", str(keys), home=tmp_path / "h") as s:
+        user, admin = {"Authorization": "Bearer u"}, {"Authorization": "Bearer a"}
+        assert (
+            post(s, "/v1/completions", json={"prompt": "hi", "max_tokens": 3}, headers=user).status_code
+            == 200
+        )
+        for path in ("/v1/stats", "/metrics"):
+            assert httpx.get(s.base + path).status_code == 401
+            assert httpx.get(s.base + path, headers=user).status_code == 403
+        for path in ("/api/pull", "/api/delete", "/api/reset"):
+            r = post(s, path, json={"model": "x"}, headers=user)
+            assert r.status_code == 403 and "admin" in r.json()["error"]
+        st = httpx.get(s.base + "/v1/stats", headers=admin).json()
+        assert st["tokens_out"] >= 3 and st["loaded_models"] == ["tiny-llama"]
+        assert any(r["route"] == "/v1/completions" and r["status"] == 200 for r in st["requests"])
+        assert any(r["status"] == 403 for r in st["requests"])
+        text = httpx.get(s.base + "/metrics", headers=admin).text
+        assert 'llamay_generated_tokens_total{model="tiny-llama"}' in text
+        assert "# TYPE llamay_requests_total counter" in text
+        r = post(s, "/v1/messages", json={}, headers={"x-api-key": "wrong"})
+        assert r.status_code == 401 and r.json()["type"] == "error"
