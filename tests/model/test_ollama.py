@@ -163,6 +163,22 @@ def test_format_schema_and_json(server: ServerProc) -> None:
         assert j.done_reason == "length" and j.message.content.lstrip().startswith("{")
 
 
+def test_logprobs(server: ServerProc) -> None:
+    c = client(server)
+    r = c.chat(
+        "tiny-llama", messages=ASK, logprobs=True, top_logprobs=2, options={**GREEDY, "num_predict": 8}
+    )
+    assert len(r.logprobs) == 8 and "".join(lp.token for lp in r.logprobs) == r.message.content
+    for lp in r.logprobs:
+        assert (
+            lp.logprob <= 0 and len(lp.top_logprobs) == 2 and lp.top_logprobs[0].token == lp.token
+        )  # greedy
+    parts = list(
+        c.generate("tiny-llama", "Hi", logprobs=True, options={**GREEDY, "num_predict": 8}, stream=True)
+    )
+    assert sum(len(p.logprobs or []) for p in parts) == 8
+
+
 def check_calls(calls: Any) -> None:
     for call in calls:
         assert call.function.name == "get_weather" and isinstance(call.function.arguments, dict)

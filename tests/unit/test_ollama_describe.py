@@ -162,3 +162,15 @@ def test_go_template_refuses_what_it_cannot_render(template: str) -> None:
     with pytest.raises(InvalidRequest) as e:
         render_template(template, system="", prompt="P")
     assert e.value.param == "template"
+
+
+def test_parameters_text_like_ollama() -> None:
+    text = describe.parameters_text(
+        {"temperature": 0.2, "stop": ["<|im_end|>", "USER:"], "penalize_newline": True}
+    )
+    assert text.splitlines() == [
+        "penalize_newline               true",
+        'stop                           "<|im_end|>"',
+        'stop                           "USER:"',
+        "temperature                    0.2",
+    ]

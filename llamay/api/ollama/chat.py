@@ -21,7 +21,7 @@ from ..chatflow import ChatOptions, ChatSetup, prepare_chat
 from ..http import read_json, until_disconnect
 from ..openai.common import check_plan
 from . import adapter
-from .common import ndjson_line, ndjson_response, runtime_feature, use_model
+from .common import loaded_alias, ndjson_line, ndjson_response, runtime_feature, use_model
 from .gotemplate import render_template
 from .reply import Reply, Step
 from .schemas import Common, OllamaGenerate, parse_chat, parse_generate
@@ -124,7 +124,7 @@ async def _load_or_unload(request: Request, c: Common, *, chat: bool) -> Respons
     """Ollama's empty request: load the model, or unload it when keep_alive is 0."""
     if c.keep_alive == 0:
         unload = runtime_feature(request, "runtime", "unload")
-        await unload(c.model)
+        await unload(loaded_alias(request.app.state.runtime, c.model))
         reason = "unload"
     else:
         await use_model(request, c.model, c.keep_alive)

@@ -27,6 +27,7 @@ __all__ = [
     "ndjson_response",
     "runtime_feature",
     "use_model",
+    "loaded_alias",
     "headers",
 ]
 
@@ -103,13 +104,13 @@ async def use_model(request: Request, name: str, keep_alive: float | None) -> tu
     t0 = time.perf_counter()
     use = getattr(runtime, "use", None)
     if use is not None:
-        lm = await use(_loaded_alias(runtime, name), keep_alive=keep_alive)
+        lm = await use(loaded_alias(runtime, name), keep_alive=keep_alive)
     else:
         lm = _get_loaded(runtime, name)
     return lm, nanos(time.perf_counter() - t0)
 
 
-def _loaded_alias(runtime: Any, name: str) -> str:
+def loaded_alias(runtime: Any, name: str) -> str:
     """Ollama clients add the default tag: "x:latest" names a loaded "x" (a model served
     from a file has no tag) unless a model is loaded under the tagged name."""
     bare = name.removesuffix(":latest")

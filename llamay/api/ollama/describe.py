@@ -3,6 +3,7 @@ entries, /api/show bodies, from typed GGUF metadata (see `ggufmeta`)."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,6 +23,7 @@ __all__ = [
     "show_json",
     "embed_vectors",
     "progress_json",
+    "parameters_text",
 ]
 
 # The Ollama API version this server speaks; clients gate features (thinking, tools) on it.
@@ -169,3 +171,20 @@ def progress_json(event: Mapping[str, Any]) -> dict[str, Any]:
         if event.get(key) is not None:
             out[key] = event[key]
     return out
+
+
+def parameters_text(params: Mapping[str, Any]) -> str:
+    """Ollama's `parameters`: one "name value" line per parameter (a list, such as stop,
+    gives one line per item; strings quoted), names padded to 30 columns."""
+    lines = []
+    for key, value in sorted(params.items()):
+        for item in value if isinstance(value, list | tuple) else [value]:
+            shown = (
+                json.dumps(item, ensure_ascii=False)
+                if isinstance(item, str)
+                else str(item).lower()
+                if isinstance(item, bool)
+                else str(item)
+            )
+            lines.append(f"{key:<30} {shown}")
+    return "\n".join(lines)

@@ -1,12 +1,12 @@
 """Ollama's model routes: /api/tags, /api/ps, /api/show, /api/version, and the ones that
 need the model store or a runtime that loads models (/api/copy, /api/delete, /api/pull,
-/api/load, /api/reset, /api/embed): those answer 501 until the feature exists."""
+/api/load, /api/reset, /api/embed): those answer 501 until the feature exists. The routes
+that change the store are in `manage`."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +15,18 @@ from starlette.responses import JSONResponse, Response
 
 from ... import __version__
 from ...chat.reasoning import detect_reasoning
-from ...errors import InvalidRequest, ModelNotFound
+from ...errors import InvalidRequest, LlamayError, ModelNotFound
 from ...runtime import LoadedModel
 from ..chatflow import model_traits
 from ..fields import Fields
 from ..http import read_json
 from . import describe
 from .adapter import iso_time
-from .common import headers, ndjson_line, ndjson_response, runtime_feature, use_model
+from .common import headers, runtime_feature, use_model
 from .ggufmeta import HeaderCache
 from .schemas import parse_keep_alive
 
-__all__ = ["tags", "ps", "show", "version", "copy", "delete", "pull", "load", "reset", "embed"]
+__all__ = ["tags", "ps", "show", "version", "load", "reset", "embed"]
 
 
 def _loaded(runtime: Any) -> list[LoadedModel]:
@@ -105,22 +105,46 @@ def _find_loaded(runtime: Any, name: str) -> LoadedModel | None:
     return None
 
 
+def _store_call(runtime: Any, method: str, *args: Any) -> Any:
+    """`runtime.store.<method>(*args)`, or None when there is no such method or it fails
+    (show reports what it can)."""
+    fn = getattr(getattr(runtime, "store", None), method, None)
+    if fn is None:
+        return None
+    try:
+        return fn(*args)
+    except (LlamayError, OSError, ValueError):
+        return None
+
+
+def _parameters(runtime: Any, *names: str) -> str:
+    """Ollama's `parameters` text from the store's effective parameters (the GGUF's
+    sampling defaults overlaid by what `create` set) of the first name it knows."""
+    for name in names:
+        params = _store_call(runtime, "params", name)
+        if params:
+            return describe.parameters_text(params)
+    return ""
+
+
 def _show(runtime: Any, cache: HeaderCache, name: str, verbose: bool) -> dict[str, Any]:
     lm = _find_loaded(runtime, name)
-    if lm is not None:
+    if lm is not None:  # what it runs with: its template as loaded
         meta, n = _header(cache, lm.info.path, verbose=verbose)
         return describe.show_json(
             path=str(lm.info.path), meta=meta, n_params=n or lm.info.n_params, template=lm.template.source,
-            parameters=f"num_ctx {lm.engine.n_ctx}", caps=describe.capabilities(meta, thinking=_thinks(lm)),
-            modified=lm.info.path.stat().st_mtime,
+            parameters=_parameters(runtime, lm.name, str(lm.info.path)),
+            caps=describe.capabilities(meta, thinking=_thinks(lm)), modified=lm.info.path.stat().st_mtime,
         )  # fmt: skip
     for m in _stored(runtime):
         if name in (m.name, m.name.removesuffix(":latest")):
             meta, n = _header(cache, m.path, verbose=verbose)
-            template = str(meta.get("tokenizer.chat_template") or "")
+            template = _store_call(runtime, "template", m.name) or str(
+                meta.get("tokenizer.chat_template") or ""
+            )
             thinks = detect_reasoning(template, lambda _: None) is not None
             return describe.show_json(
-                path=str(m.path), meta=meta, n_params=n, template=template, parameters="",
+                path=str(m.path), meta=meta, n_params=n, template=template, parameters=_parameters(runtime, m.name),
                 caps=describe.capabilities(meta, thinking=thinks), modified=m.modified.timestamp(),
             )  # fmt: skip
     raise ModelNotFound(f"model '{name}' not found", param="model")
@@ -136,54 +160,6 @@ async def show(request: Request) -> Response:
 
 async def version(request: Request) -> Response:
     return JSONResponse({"version": describe.OLLAMA_VERSION, "llamay": __version__})
-
-
-async def copy(request: Request) -> Response:
-    f = Fields(await read_json(request))
-    source, destination = f.text("source", required=True), f.text("destination", required=True)
-    await asyncio.to_thread(runtime_feature(request, "store", "copy"), source, destination)
-    return Response(status_code=200)
-
-
-async def delete(request: Request) -> Response:
-    f = Fields(await read_json(request))
-    name = f.text("model") or f.text("name", required=True)
-    await asyncio.to_thread(runtime_feature(request, "store", "remove"), name)
-    return Response(status_code=200)
-
-
-async def pull(request: Request) -> Response:
-    """Progress as NDJSON (`status`, and `digest` / `total` / `completed` while bytes
-    move), ending with {"status": "success"}; one object when not streamed. `name` (not
-    Ollama's) stores the model under another name than its source."""
-    f = Fields(await read_json(request))
-    source = f.text("model") or f.text("name", required=True)
-    local = f.text("name") if f.text("model") else None
-    fetch = runtime_feature(request, "store", "pull")
-    if not f.flag("stream", True):
-        await asyncio.to_thread(fetch, source, local, progress=lambda _: None)
-        return JSONResponse({"status": "success"})
-    return ndjson_response(_pull_lines(fetch, source, local))
-
-
-async def _pull_lines(fetch: Any, source: str, local: str | None) -> AsyncIterator[bytes]:
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-
-    def progress(event: dict[str, Any]) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, dict(event))
-
-    yield ndjson_line({"status": "pulling manifest"})
-    task = asyncio.ensure_future(asyncio.to_thread(fetch, source, local, progress=progress))
-    while not task.done() or not queue.empty():
-        getter = asyncio.ensure_future(queue.get())
-        await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
-        if getter.done():
-            yield ndjson_line(describe.progress_json(getter.result()))
-        else:
-            getter.cancel()
-    error = task.exception()
-    yield ndjson_line({"error": getattr(error, "message", str(error))} if error else {"status": "success"})
 
 
 async def load(request: Request) -> Response:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
-from . import models
+from . import manage, models
 from .chat import chat, generate
 from .common import ollama_endpoint
 
@@ -20,9 +20,10 @@ def ollama_routes() -> list[Route]:
         ("/api/ps", models.ps, ["GET"]),
         ("/api/show", models.show, ["POST"]),
         ("/api/version", models.version, ["GET"]),
-        ("/api/copy", models.copy, ["POST"]),
-        ("/api/delete", models.delete, ["DELETE"]),
-        ("/api/pull", models.pull, ["POST"]),
+        ("/api/copy", manage.copy, ["POST"]),
+        ("/api/delete", manage.delete, ["DELETE"]),
+        ("/api/pull", manage.pull, ["POST"]),
+        ("/api/create", manage.create, ["POST"]),
         ("/api/embed", models.embed, ["POST"]),
         ("/api/load", models.load, ["POST"]),
         ("/api/reset", models.reset, ["POST"]),
