@@ -78,14 +78,14 @@ def write_derived(
         return manifest
 
 
-def remove_model(layout: Layout, name: ModelName) -> Manifest:
+def remove_model(layout: Layout, name: ModelName, *, label: str | None = None) -> Manifest:
     """Delete `name`'s manifest, then every blob of it that no other manifest uses (and is
     not being fetched right now), and its split folder if no other manifest uses it. Returns
-    the removed manifest; ModelNotFound if there was none."""
+    the removed manifest; ModelNotFound (naming it `label`, default `name`) if there was none."""
     with layout.lock(MANIFESTS_LOCK):
         manifest = layout.read_manifest(name)
         if manifest is None or not layout.delete_manifest(name):
-            raise ModelNotFound(f"model '{name}' not found", param="model")
+            raise ModelNotFound(f"model '{label or name}' not found", param="model")
         used: set[str] = set()
         folders = set()
         for _, other in layout.iter_manifests():

@@ -9,6 +9,7 @@ itself a few times; anything else is a StoreError.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -32,14 +33,24 @@ _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
 
+# The CA bundle variables honoured by the tools people already configure (OpenSSL, requests,
+# pip, curl), in that order; then a directory of certificates.
+_CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "SSL_CERT_DIR")
+
+
 def _ssl_context() -> ssl.SSLContext:
-    # The CA bundle variables honoured by the tools people already configure (OpenSSL,
-    # requests, pip, curl), in that order.
-    for var in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE"):
-        path = os.environ.get(var)
+    # Loading a CA bundle takes a good part of a second; contexts are safe to share.
+    return _context_for(tuple((var, os.environ.get(var)) for var in _CA_VARS))
+
+
+@functools.lru_cache(maxsize=4)
+def _context_for(env: tuple[tuple[str, str | None], ...]) -> ssl.SSLContext:
+    settings = dict(env)
+    for var in _CA_VARS[:-1]:
+        path = settings.get(var)
         if path and os.path.isfile(path):
             return ssl.create_default_context(cafile=path)
-    cert_dir = os.environ.get("SSL_CERT_DIR")
+    cert_dir = settings.get("SSL_CERT_DIR")
     if cert_dir and os.path.isdir(cert_dir):
         return ssl.create_default_context(capath=cert_dir)
     if os.path.isfile(_SYSTEM_CA_BUNDLE):

@@ -190,7 +190,7 @@ class ModelStore:
     def remove(self, name: str) -> None:
         """Delete stored model `name`; its blobs go once no other name uses them.
         ModelNotFound if it is not stored."""
-        manage.remove_model(self._layout, self._parse(name, "model"))
+        manage.remove_model(self._layout, self._parse(name, "model"), label=name.strip())
 
     def create(
         self,
