@@ -127,7 +127,10 @@ def pull(args: argparse.Namespace) -> int:
         if server is None:
             _store().pull(args.source, args.name, fresh=args.fresh, progress=printer)
             return 0
-        body = {"model": args.source, "destination": args.name, "fresh": args.fresh, "stream": True}
+        # `name` beside `model` is llamay's: the name to store the source under.
+        body: dict[str, Any] = {"model": args.source, "stream": True, "fresh": args.fresh}
+        if args.name:
+            body["name"] = args.name
         with closing(server), server.stream("POST", "/api/pull", json=body) as r:
             _check(r)
             for line in r.iter_lines():

@@ -156,12 +156,8 @@ def test_verbs_go_to_a_running_server(
     assert calls == [
         ("GET", "/api/ps", None),
         ("POST", "/api/generate", {"model": "tiny", "keep_alive": 0, "stream": False}),
-        (
-            "POST",
-            "/api/pull",
-            {"model": "hf:o/r/f.gguf", "destination": "mine", "fresh": True, "stream": True},
-        ),
-        ("POST", "/api/pull", {"model": "bad", "destination": None, "fresh": False, "stream": True}),
+        ("POST", "/api/pull", {"model": "hf:o/r/f.gguf", "name": "mine", "fresh": True, "stream": True}),
+        ("POST", "/api/pull", {"model": "bad", "fresh": False, "stream": True}),
         ("POST", "/api/copy", {"source": "a", "destination": "b"}),
         ("DELETE", "/api/delete", {"model": "a"}),
         ("DELETE", "/api/delete", {"model": "absent"}),
