@@ -14,6 +14,7 @@ __all__ = [
     "NotFound",
     "ModelNotFound",
     "Conflict",
+    "RequestTimeout",
     "PayloadTooLarge",
     "ContextOverflow",
     "Overloaded",
@@ -63,6 +64,12 @@ class NotFound(LlamayError):
 
 class ModelNotFound(NotFound):
     code = "model_not_found"
+
+
+class RequestTimeout(LlamayError):
+    status = 408
+    code = "request_timeout"
+    kind = "invalid_request_error"
 
 
 class Conflict(LlamayError):

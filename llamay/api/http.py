@@ -5,15 +5,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import os
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
+from starlette.types import Message, Send
 
-from ..errors import InvalidRequest, PayloadTooLarge
+from ..errors import InvalidRequest, PayloadTooLarge, RequestTimeout
 
 __all__ = [
+    "GuardedStream",
+    "ndjson_response",
     "read_body",
     "read_json",
     "sse_response",
@@ -24,7 +29,11 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+log = logging.getLogger("llamay.api")
 MAX_BODY = 32 * 1024 * 1024
+# A client that stops sending its body, or stops reading a stream, for this long is
+# dropped, and whatever it was generating is aborted (its KV freed).
+IDLE_TIMEOUT = float(os.environ.get("LLAMAY_CLIENT_TIMEOUT", "30"))
 
 
 class ClientGone(Exception):
@@ -38,7 +47,15 @@ async def read_body(request: Request, max_bytes: int = MAX_BODY) -> bytes:
         raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    stream = request.stream().__aiter__()
+    while True:
+        try:
+            async with asyncio.timeout(IDLE_TIMEOUT):
+                chunk = await stream.__anext__()
+        except StopAsyncIteration:
+            break
+        except TimeoutError:
+            raise RequestTimeout(f"the request body stalled for {IDLE_TIMEOUT:g}s") from None
         size += len(chunk)
         if size > max_bytes:
             raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
@@ -71,14 +88,37 @@ def sse_frame(data: Any) -> bytes:
     return f"data: {payload}\n\n".encode()
 
 
+class GuardedStream(StreamingResponse):
+    """A streaming response that gives up on a client that stops reading: a send that
+    waits longer than IDLE_TIMEOUT ends the response and closes the event iterator,
+    whose cleanup aborts the engine requests behind it (so a stalled reader never keeps
+    KV). Starlette already cancels the iterator when the client disconnects."""
+
+    async def stream_response(self, send: Send) -> None:
+        async def guarded(message: Message) -> None:
+            async with asyncio.timeout(IDLE_TIMEOUT):
+                await send(message)
+
+        try:
+            await super().stream_response(guarded)
+        except TimeoutError:
+            log.info("client stopped reading for %ss; stream dropped", IDLE_TIMEOUT)
+        finally:
+            closer = getattr(self.body_iterator, "aclose", None)
+            if closer is not None:
+                await closer()
+
+
 def sse_response(frames: AsyncIterator[bytes]) -> StreamingResponse:
-    """Starlette cancels the iterator when the client disconnects; the iterator's cleanup
-    then aborts the engine requests behind it."""
-    return StreamingResponse(
+    return GuardedStream(
         frames,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+def ndjson_response(lines: AsyncIterator[bytes]) -> StreamingResponse:
+    return GuardedStream(lines, media_type="application/x-ndjson")
 
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:

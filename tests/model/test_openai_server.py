@@ -263,3 +263,54 @@ def test_queue_full_gets_503_with_retry_after(tiny_model_path: Path, tmp_path: P
         busy = next(r for r in responses if r.status_code == 503)
         assert busy.headers["retry-after"].isdigit() and "queue" in busy.json()["error"]["message"]
         assert post().status_code == 200
+
+
+def test_stalled_reader_is_dropped_and_its_kv_freed(tiny_model_path: Path, tmp_path: Path) -> None:
+    import socket
+
+    with start_server(
+        tiny_model_path, "-ctx", "8192", home=tmp_path, env={"LLAMAY_CLIENT_TIMEOUT": "2"}
+    ) as s:
+        body = (
+            b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8000, "stream": true, '
+            b'"logit_bias": {"0": -100, "1": -100, "2": -100}, "logprobs": true, "top_logprobs": 20}'
+        )
+        host, port = s.base.removeprefix("http://").split(":")
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting, so it holds
+        sock.connect((host, int(port)))
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                     b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)  # fmt: skip
+        sock.recv(1024)  # the response has started; now read nothing more
+        deadline = time.monotonic() + 30
+        health = {}
+        while time.monotonic() < deadline:
+            health = httpx.get(s.base + "/health").json()["models"][0]
+            if health["aborted"] >= 1 and health["running"] == 0:
+                break
+            time.sleep(0.2)
+        sock.close()
+        assert health["aborted"] >= 1 and health["running"] == 0 and health["kv_cells"] == 0, (
+            health,
+            s.log()[-2000:],
+        )
+
+
+def test_stalled_request_body_is_a_408(tiny_model_path: Path, tmp_path: Path) -> None:
+    import socket
+
+    with start_server(tiny_model_path, home=tmp_path, env={"LLAMAY_CLIENT_TIMEOUT": "1"}) as s:
+        host, port = s.base.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(
+                b'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-length: 100\r\n\r\n{"mess'
+            )
+            sock.settimeout(20)
+            reply = b""
+            while b"stalled" not in reply:
+                got = sock.recv(4096)
+                if not got:
+                    break
+                reply += got
+        assert reply.startswith(b"HTTP/1.1 408") and b"stalled" in reply
+        assert httpx.get(s.base + "/health").status_code == 200
