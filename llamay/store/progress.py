@@ -63,8 +63,8 @@ class PullPrinter:
         if status.startswith("pulling ") and "total" in event:
             self._total = int(event.get("total") or 0)
             self._done = int(event.get("completed") or 0)
-            if self._started is None:
-                self._started = time.monotonic()
+            if self._started is None and (self._done < self._total or not self._total):
+                self._started = time.monotonic()  # something to fetch (not all present)
                 self._write(f"llamay: downloading {self.label} ({format_bytes(self._total)})\n")
             now = time.monotonic()
             if self.live and (now - self._last_draw >= _REDRAW_INTERVAL or self._done >= self._total):

@@ -63,8 +63,10 @@ class _Tracker:
         self.emit, self.total, self.completed = emit, total, 0
         self.digest, self._last = "", 0.0
 
-    def begin(self, part: PartPlan) -> None:
+    def begin(self, part: PartPlan, *, done: int = 0) -> None:
+        """Start reporting `part`, `done` of whose bytes are there already."""
         self.digest = f"sha256:{part.sha256}" if part.sha256 else part.key
+        self.completed += done
         self.flush()
 
     def add(self, n: int) -> None:
@@ -131,12 +133,12 @@ def _locked_pull(
         found: list[Part | None] = []
         staged: list[tuple[int, PartPlan, Staged]] = []
         for index, plan_part in enumerate(plan.parts):
-            tracker.begin(plan_part)
             present = _present(layout, plan_part)
             found.append(present)
             if present is not None:
-                tracker.add(plan_part.transfer_size or present.size)
+                tracker.begin(plan_part, done=plan_part.transfer_size or present.size)
                 continue
+            tracker.begin(plan_part)
             if options.fresh:
                 layout.clear_temps(plan_part.key)
             ctx = FetchContext(

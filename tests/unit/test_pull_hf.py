@@ -83,6 +83,15 @@ def test_interrupted_pull_resumes_on_the_next_pull(tmp_path: Path, hub: Fake) ->
     assert leftovers(tmp_path) == [f"blobs/sha256-{sha(DATA)}", "manifests/owner/tiny-gguf/q4_k_m.json"]
 
 
+def test_a_host_without_range_support_restarts_the_file(tmp_path: Path, hub: Fake) -> None:
+    hub.no_ranges = True
+    hub.drops[CDN] = [60_000]
+    events: list[dict[str, Any]] = []
+    store(tmp_path, hub).pull(f"hf:{REPO}/{FILE}", progress=events.append)
+    assert hub.served[CDN] == 60_000 + len(DATA)
+    assert [e["completed"] for e in events if "completed" in e][-1] == len(DATA)
+
+
 def test_fresh_discards_the_partial_download(tmp_path: Path, hub: Fake) -> None:
     hub.drops[CDN] = [80_000]
     with pytest.raises(StoreError):

@@ -61,6 +61,7 @@ class Fake:
     drops: dict[str, list[int]] = field(default_factory=dict)  # URL path -> cut after n bytes, per GET
     bad_index_hash: set[str] = field(default_factory=set)  # wheels listed with a wrong sha256
     delay: float = 0.0  # seconds between 64 kB blocks
+    no_ranges: bool = False  # answer Range requests with the whole file (200)
     gets: Counter[str] = field(default_factory=Counter)  # file GETs per URL path
     served: Counter[str] = field(default_factory=Counter)  # body bytes sent per URL path
     ranges: list[tuple[str, str | None]] = field(default_factory=list)
@@ -173,7 +174,7 @@ def _handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
                     fake.gets[path] += 1
                     fake.ranges.append((path, wanted))
             if_range = self.headers.get("If-Range")
-            if wanted and (if_range is None or if_range == etag):
+            if wanted and not fake.no_ranges and (if_range is None or if_range == etag):
                 start = int(wanted.removeprefix("bytes=").partition("-")[0])
                 if start >= len(data):
                     self.send_response(416)
