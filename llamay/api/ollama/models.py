@@ -49,7 +49,7 @@ def _stored(runtime: Any) -> list[Any]:
 
 
 def _tags(runtime: Any, cache: HeaderCache) -> list[dict[str, Any]]:
-    out, digests = [], set()
+    out, names = [], set()
     for m in _stored(runtime):
         meta, n = _header(cache, m.path)
         out.append(
@@ -57,9 +57,9 @@ def _tags(runtime: Any, cache: HeaderCache) -> list[dict[str, Any]]:
                 m.name, m.size, m.sha256, m.modified.timestamp(), describe.details_json(meta, n)
             )
         )
-        digests.add(m.sha256)
-    for lm in _loaded(runtime):  # a model served from a file is listed too
-        if lm.sha256 in digests:
+        names.add(m.name)
+    for lm in _loaded(runtime):  # a model served from a file is listed too, under its own name
+        if lm.name in names or f"{lm.name}:latest" in names:
             continue
         meta, n = _header(cache, lm.info.path)
         st = lm.info.path.stat()
