@@ -26,6 +26,7 @@ from .http import json_response
 from .metrics import CountingMiddleware, RequestCounter
 from .ollama.routes import ollama_routes
 from .openai.routes import openai_routes
+from .openapi import openapi_routes
 from .rag import rag_routes
 from .redact import redact_routes
 
@@ -88,6 +89,7 @@ def create_app(runtime: Runtime, keys: KeyRing | None = None) -> Starlette:
         *rag_routes(),
         *redact_routes(),
         *admin_routes(),
+        *openapi_routes(),
     ]
 
     @asynccontextmanager

@@ -16,7 +16,7 @@ from .errors import openai_error_body
 
 __all__ = ["AuthMiddleware", "principal_of"]
 
-OPEN_PATHS = frozenset({"/health"})
+OPEN_PATHS = frozenset({"/health", "/openapi.json"})
 # Routes that change what the server holds, or show everyone's traffic: admin keys only.
 ADMIN_PATHS = frozenset(
     {
