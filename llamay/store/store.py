@@ -208,15 +208,13 @@ class ModelStore:
         for unknown or ill-typed params."""
         target = self._parse(name, "name")
         typed = validate_params(params or {})
+        entry = self.catalog.get(source)
+        if entry is not None and self._present(entry) is None:
+            self.pull(entry.name, progress=progress)
         base = self._manifest(source)
-        if base is None:
-            entry = self.catalog.get(source)
-            if entry is not None:
-                self._ensure_entry(entry)
-                base = self._manifest(source)
-            else:
-                self.pull(source, name, progress=progress)
-                base = self._layout.read_manifest(target)
+        if base is None and entry is None:
+            self.pull(source, name, progress=progress)
+            base = self._layout.read_manifest(target)
         if base is None:
             raise StoreError(f"cannot create {name}: {source} vanished from the store")
         derived = manage.write_derived(
@@ -234,7 +232,9 @@ class ModelStore:
     # -- helpers ---------------------------------------------------------------------------
 
     def _parse(self, name: str, param: str) -> ModelName:
-        parsed = parse_name(name)
+        """`name` parsed (a catalog alias as its entry's name); InvalidRequest if malformed."""
+        entry = self.catalog.get(name)
+        parsed = parse_name(entry.name if entry is not None else name)
         if parsed is None:
             raise InvalidRequest(
                 f"invalid model name {name!r}: expected [namespace/]model[:tag]", param=param
@@ -242,7 +242,9 @@ class ModelStore:
         return parsed
 
     def _manifest(self, name: str) -> Manifest | None:
-        parsed = parse_name(name)
+        """The manifest `name` designates (catalog aliases included), or None. No network."""
+        entry = self.catalog.get(name)
+        parsed = parse_name(entry.name if entry is not None else name)
         return self._layout.read_manifest(parsed) if parsed else None
 
     def _require(self, name: str) -> Manifest:

@@ -235,6 +235,17 @@ def test_concurrent_ensure_gives_one_good_blob(tmp_path: Path, index: Fake) -> N
     assert leftovers(tmp_path) == [f"blobs/sha256-{sha(BIG_DATA)}", "manifests/library/big/3p.json"]
 
 
+def test_catalog_aliases_reach_the_manifest(tmp_path: Path, index: Fake) -> None:
+    store = store_for(tmp_path, index)
+    events: list[dict[str, object]] = []
+    made = store.create("tuned", "tiny", params={"top_k": 5}, progress=events.append)  # pulls it first
+    assert made.sha256 == sha(TINY) and events[-1] == {"status": "success"}
+    assert store.show("tiny").name == "tiny:1m" and store.params("tiny:latest") == {}
+    assert store.params("tuned") == {"top_k": 5}
+    store.create("tiny", "tiny", params={"top_k": 7})  # a catalog name keeps its own bytes
+    assert store.params("tiny:1m") == {"top_k": 7} and store.resolve("tiny").sha256 == sha(TINY)
+
+
 def test_damaged_blob_is_fetched_again(tmp_path: Path, index: Fake) -> None:
     store = store_for(tmp_path, index)
     path = store.ensure("tiny")
