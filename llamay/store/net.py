@@ -120,10 +120,9 @@ def download(
 
     `on_bytes(n)` is called once with the bytes kept from an earlier attempt, then for every
     block written; a negative n means the server ignored a Range request and the download
-    restarted from zero. When `expected_size` is known, a
-    server announcing another size is refused before any byte is read. Truncation by a clean
-    end of a body shorter than announced is not detected here (the caller checks size and
-    digest). Raises StoreError; `partial` is then kept for the next attempt."""
+    restarted from zero. When `expected_size` is known, a server announcing another size is
+    refused before any byte is read, and one sending more is cut off. The caller still
+    checks size and digest. Raises StoreError; `partial` is then kept for the next attempt."""
     offset, etag = _resume_offset(partial, url, expected_size)
     if offset == 0 and partial.exists():
         partial.unlink()

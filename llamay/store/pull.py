@@ -132,25 +132,24 @@ def _locked_pull(
             stack.enter_context(layout.lock(key, on_wait=functools.partial(tracker.emit, note)))
         found: list[Part | None] = []
         staged: list[tuple[int, PartPlan, Staged]] = []
-        for index, plan_part in enumerate(plan.parts):
-            present = _present(layout, plan_part)
-            found.append(present)
-            if present is not None:
-                tracker.begin(plan_part, done=plan_part.transfer_size or present.size)
-                continue
-            tracker.begin(plan_part)
-            if options.fresh:
-                layout.clear_temps(plan_part.key)
-            ctx = FetchContext(
-                client, layout, plan_part.key, tracker.add, options.retries, options.retry_delay
-            )
-            try:
-                staged.append((index, plan_part, plan_part.fetch(ctx)))
-            finally:
-                tracker.flush()  # the bytes got, also when it failed
-        tracker.flush()
-        tracker.emit({"status": "verifying sha256 digest"})
         try:
+            for index, plan_part in enumerate(plan.parts):
+                present = _present(layout, plan_part)
+                found.append(present)
+                if present is not None:
+                    tracker.begin(plan_part, done=plan_part.transfer_size or present.size)
+                    continue
+                tracker.begin(plan_part)
+                if options.fresh:
+                    layout.clear_temps(plan_part.key)
+                ctx = FetchContext(
+                    client, layout, plan_part.key, tracker.add, options.retries, options.retry_delay
+                )
+                try:
+                    staged.append((index, plan_part, plan_part.fetch(ctx)))
+                finally:
+                    tracker.flush()  # the bytes got, also when it failed
+            tracker.emit({"status": "verifying sha256 digest"})
             for index, plan_part, item in staged:
                 try:
                     found[index] = _verify(plan_part, item)
