@@ -323,7 +323,13 @@ def test_create_copy_delete_pull_with_the_store(tiny_model_path: Path, tmp_path:
         assert lines[-1].status == "success"
         assert {"mine:latest", "tiny-llama"} <= {m.model for m in c.list().models}
         assert "temperature" in c.show("mine").parameters and c.show("mine").capabilities
-        assert c.chat("mine", messages=ASK, options={"num_predict": 2}).eval_count == 2  # loads it
+        mine = c.chat("mine", messages=ASK, options={"num_predict": 2})  # loads it
+        plain = c.chat("tiny-llama", messages=ASK, options={"num_predict": 2})
+        assert mine.eval_count == 2 and mine.prompt_eval_count > plain.prompt_eval_count  # its system prompt
+        c.create("short", from_="mine", parameters={"num_predict": 3, "temperature": 0})
+        a, b = (c.generate("short", "Hi") for _ in range(2))
+        assert a.eval_count == 3 and a.done_reason == "length" and a.response == b.response  # its own options
+        assert c.generate("short", "Hi", options={"num_predict": 5}).eval_count == 5  # under the request's
         assert c.copy("mine", "mine2").status == "success"
         assert c.delete("mine2").status == "success"
         assert "mine2:latest" not in {m.model for m in c.list().models}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from starlette.requests import Request
@@ -21,7 +21,7 @@ from ..chatflow import ChatOptions, ChatSetup, prepare_chat
 from ..http import read_json, until_disconnect
 from ..openai.common import check_plan
 from . import adapter
-from .common import loaded_alias, ndjson_line, ndjson_response, runtime_feature, use_model
+from .common import loaded_alias, model_defaults, ndjson_line, ndjson_response, runtime_feature, use_model
 from .gotemplate import render_template
 from .reply import Reply, Step
 from .schemas import Common, OllamaGenerate, parse_chat, parse_generate
@@ -55,8 +55,13 @@ async def chat(request: Request) -> Response:
     if req.tools and c.grammar is not None:
         raise InvalidRequest("'format' cannot be combined with 'tools'", param="format")
     lm, load_ns = await use_model(request, c.model, c.keep_alive)
+    params, system = await model_defaults(request, lm)
+    c = c.with_model_defaults(params)
+    messages = req.messages
+    if system and not any(m["role"] == "system" for m in messages):
+        messages = [{"role": "system", "content": system}, *messages]
     opts = ChatOptions(
-        messages=req.messages,
+        messages=messages,
         tools=req.tools,
         tool_choice=ToolChoice("auto" if req.tools else "none"),
         grammar=c.grammar,
@@ -76,6 +81,10 @@ async def generate(request: Request) -> Response:
     if not req.prompt:
         return await _load_or_unload(request, c, chat=False)
     lm, load_ns = await use_model(request, c.model, c.keep_alive)
+    params, system = await model_defaults(request, lm)
+    c = c.with_model_defaults(params)
+    # A model's own system prompt starts a conversation; a continued one (context) has it.
+    req = replace(req, common=c, system=req.system or (None if req.context else system))
     setup, tokens = _generate_prompt(lm, req)
     plan = setup.plan if setup is not None else _plain_plan(c)
     turn = Turn(

@@ -4,6 +4,7 @@ grows them; a missing one is a 501 saying so)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -28,6 +29,8 @@ __all__ = [
     "runtime_feature",
     "use_model",
     "loaded_alias",
+    "store_call",
+    "model_defaults",
     "headers",
 ]
 
@@ -130,3 +133,26 @@ def _get_loaded(runtime: Any, name: str) -> LoadedModel:
             fallback: LoadedModel = runtime.get(name.removesuffix(":latest"))
             return fallback
         raise
+
+
+def store_call(runtime: Any, method: str, *args: Any) -> Any:
+    """`runtime.store.<method>(*args)`, or None when there is no such method or it fails:
+    for what is nice to have (a model's parameters, its system prompt), never required."""
+    fn = getattr(getattr(runtime, "store", None), method, None)
+    if fn is None:
+        return None
+    try:
+        return fn(*args)
+    except (LlamayError, OSError, ValueError):
+        return None
+
+
+def _defaults(runtime: Any, lm: LoadedModel) -> tuple[dict[str, Any], str | None]:
+    params = store_call(runtime, "params", lm.name) or store_call(runtime, "params", str(lm.info.path))
+    return dict(params or {}), store_call(runtime, "system", lm.name)
+
+
+async def model_defaults(request: Request, lm: LoadedModel) -> tuple[dict[str, Any], str | None]:
+    """A model's own parameters (Ollama option names) and default system prompt, as the
+    store knows them (set by `create`, or the GGUF's sampling metadata); ({}, None) if not."""
+    return await asyncio.to_thread(_defaults, request.app.state.runtime, lm)

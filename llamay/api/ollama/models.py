@@ -15,14 +15,14 @@ from starlette.responses import JSONResponse, Response
 
 from ... import __version__
 from ...chat.reasoning import detect_reasoning
-from ...errors import InvalidRequest, LlamayError, ModelNotFound
+from ...errors import InvalidRequest, ModelNotFound
 from ...runtime import LoadedModel
 from ..chatflow import model_traits
 from ..fields import Fields
 from ..http import read_json
 from . import describe
 from .adapter import iso_time
-from .common import headers, runtime_feature, use_model
+from .common import headers, runtime_feature, store_call, use_model
 from .ggufmeta import HeaderCache
 from .schemas import parse_keep_alive
 
@@ -105,23 +105,11 @@ def _find_loaded(runtime: Any, name: str) -> LoadedModel | None:
     return None
 
 
-def _store_call(runtime: Any, method: str, *args: Any) -> Any:
-    """`runtime.store.<method>(*args)`, or None when there is no such method or it fails
-    (show reports what it can)."""
-    fn = getattr(getattr(runtime, "store", None), method, None)
-    if fn is None:
-        return None
-    try:
-        return fn(*args)
-    except (LlamayError, OSError, ValueError):
-        return None
-
-
 def _parameters(runtime: Any, *names: str) -> str:
     """Ollama's `parameters` text from the store's effective parameters (the GGUF's
     sampling defaults overlaid by what `create` set) of the first name it knows."""
     for name in names:
-        params = _store_call(runtime, "params", name)
+        params = store_call(runtime, "params", name)
         if params:
             return describe.parameters_text(params)
     return ""
@@ -139,7 +127,7 @@ def _show(runtime: Any, cache: HeaderCache, name: str, verbose: bool) -> dict[st
     for m in _stored(runtime):
         if name in (m.name, m.name.removesuffix(":latest")):
             meta, n = _header(cache, m.path, verbose=verbose)
-            template = _store_call(runtime, "template", m.name) or str(
+            template = store_call(runtime, "template", m.name) or str(
                 meta.get("tokenizer.chat_template") or ""
             )
             thinks = detect_reasoning(template, lambda _: None) is not None

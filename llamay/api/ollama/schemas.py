@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...chat.tools import ToolSpec, parse_tools
@@ -91,6 +91,16 @@ class Common:
     think: bool | None
     think_level: str | None
     logprobs: bool
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def with_model_defaults(self, params: Mapping[str, Any]) -> Common:
+        """This request with a model's own parameters (from `create`, or the GGUF's
+        general.sampling.*) under its options: request over model over Ollama's defaults."""
+        if not params:
+            return self
+        s = self.gen.sampling
+        gen = parse_options({**params, **self.options}, logprobs=s.logprobs, top_logprobs=s.top_logprobs)
+        return replace(self, gen=gen)
 
 
 @dataclass(frozen=True)
@@ -243,7 +253,8 @@ def _common(f: Fields) -> Common:
     model = f.text("model", "") or ""
     want_logprobs = bool(f.flag("logprobs", False))
     top = f.integer("top_logprobs", 0, lo=0, hi=20)
-    gen = parse_options(f.obj("options"), logprobs=want_logprobs or top > 0, top_logprobs=top)
+    options = dict(f.obj("options") or {})
+    gen = parse_options(options, logprobs=want_logprobs or top > 0, top_logprobs=top)
     think, level = _think(f)
     return Common(
         model=model,
@@ -254,6 +265,7 @@ def _common(f: Fields) -> Common:
         think=think,
         think_level=level,
         logprobs=want_logprobs or top > 0,
+        options=options,
     )
 
 
