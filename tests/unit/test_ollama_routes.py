@@ -37,9 +37,9 @@ class FakeStore:
             raise ModelNotFound(f"model '{name}' not found", param="model")
         self.names.discard(name)
 
-    def pull(self, source: str, name: str | None = None, *, progress: Progress) -> None:
+    def pull(self, source: str, name: str | None = None, *, progress: Progress, fresh: bool = False) -> None:
         assert threading.current_thread() is not threading.main_thread()  # off the event loop
-        self.calls.append(("pull", source, name))
+        self.calls.append(("pull", source, name) + (("fresh",) if fresh else ()))
         progress({"status": "pulling manifest"})
         for done in (0, 5, 10):
             progress({"status": "pulling abc", "digest": "sha256:abc", "total": 10, "completed": done})
@@ -59,6 +59,10 @@ class FakeRuntime:
 
     def loaded(self) -> list[Any]:
         return []
+
+    async def unload(self, name: str) -> bool:
+        self.unloaded.append(name)
+        return name == "a:latest"
 
     async def reset(self) -> list[str]:
         return ["a:latest"]
@@ -101,6 +105,8 @@ def test_pull_once_and_pull_errors(store: FakeStore) -> None:
         "status": "success"
     }
     assert store.calls[-1] == ("pull", "x", "y")
+    c.post("/api/pull", json={"model": "x", "stream": False, "fresh": True})
+    assert store.calls[-1] == ("pull", "x", None, "fresh")
     assert lines(c.post("/api/pull", json={"model": "broken"}).text)[-1] == {
         "error": "checksum mismatch for sha256:abc"
     }
@@ -144,6 +150,11 @@ def test_missing_features_are_501_saying_what() -> None:
 def test_runtime_routes(store: FakeStore) -> None:
     c = client(FakeRuntime(store))
     assert c.post("/api/reset").json() == {"status": "success", "unloaded": ["a:latest"]}
+    assert c.post("/api/unload", json={"model": "a:latest"}).json() == {"status": "success", "unloaded": True}
+    assert c.post("/api/unload", json={"model": "b"}).json()["unloaded"] is False
+    assert c.post("/api/embeddings", json={"model": "e", "prompt": "x"}).json() == {"embedding": [3.0, 4.0]}
+    r = c.post("/api/push", json={"model": "a"})
+    assert r.status_code == 501 and "push" in r.json()["error"]
     r = c.post("/api/load", json={"model": "big"})
     assert r.status_code == 409 and r.json() == {"error": "not enough memory to load 'big'"}
     e = c.post("/api/embed", json={"model": "e", "input": ["x", "y"], "dimensions": 1}).json()

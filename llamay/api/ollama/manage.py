@@ -16,9 +16,9 @@ from ...errors import InvalidRequest
 from ..fields import Fields
 from ..http import read_json
 from . import describe
-from .common import ndjson_line, ndjson_response, runtime_feature
+from .common import NotSupported, ndjson_line, ndjson_response, runtime_feature
 
-__all__ = ["copy", "delete", "pull", "create"]
+__all__ = ["copy", "delete", "pull", "push", "create"]
 
 Progress = Callable[[dict[str, Any]], None]
 # Go template actions ({{ .Prompt }}, {{ if .System }}, {{ range .Messages }}): not Jinja.
@@ -48,7 +48,12 @@ async def pull(request: Request) -> Response:
     source = f.text("model") or f.text("name", required=True)
     local = f.text("name") if f.text("model") else None
     fetch = runtime_feature(request, "store", "pull")
-    return await _respond(f, lambda progress: fetch(source, local, progress=progress))
+    fresh = {"fresh": True} if f.flag("fresh", False) else {}  # llamay's: drop partial downloads
+    return await _respond(f, lambda progress: fetch(source, local, progress=progress, **fresh))
+
+
+async def push(request: Request) -> Response:
+    raise NotSupported("/api/push: this server does not publish models to a registry")
 
 
 async def create(request: Request) -> Response:

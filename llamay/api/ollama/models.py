@@ -22,11 +22,11 @@ from ..fields import Fields
 from ..http import read_json
 from . import describe
 from .adapter import iso_time
-from .common import headers, runtime_feature, store_call, use_model
+from .common import headers, loaded_alias, runtime_feature, store_call, use_model
 from .ggufmeta import HeaderCache
 from .schemas import parse_keep_alive
 
-__all__ = ["tags", "ps", "show", "version", "load", "reset", "embed"]
+__all__ = ["tags", "ps", "show", "version", "load", "unload", "reset", "embed", "embeddings"]
 
 
 def _loaded(runtime: Any) -> list[LoadedModel]:
@@ -161,6 +161,13 @@ async def load(request: Request) -> Response:
     )  # fmt: skip
 
 
+async def unload(request: Request) -> Response:
+    """llamay's own: unload one model now (Ollama's way: an empty generate, keep_alive 0)."""
+    name = Fields(await read_json(request)).text("model", required=True)
+    done = await runtime_feature(request, "runtime", "unload")(loaded_alias(request.app.state.runtime, name))
+    return JSONResponse({"status": "success", "unloaded": bool(done)})
+
+
 async def reset(request: Request) -> Response:
     """llamay's own: unload every model now."""
     names = await runtime_feature(request, "runtime", "reset")()
@@ -186,3 +193,14 @@ async def embed(request: Request) -> Response:
         {"model": name, "embeddings": describe.embed_vectors(vectors, dimensions),
          "total_duration": int((time.perf_counter() - t0) * 1e9), "load_duration": 0, "prompt_eval_count": n_tokens}
     )  # fmt: skip
+
+
+async def embeddings(request: Request) -> Response:
+    """The older POST /api/embeddings: one `prompt`, one vector as the model gives it."""
+    f = Fields(await read_json(request))
+    prompt = f.text("prompt", "") or ""
+    fn = runtime_feature(request, "runtime", "embed")
+    vectors, _ = await fn(
+        f.text("model") or "", [prompt], truncate=True, keep_alive=parse_keep_alive(f.raw("keep_alive"))
+    )
+    return JSONResponse({"embedding": list(vectors[0])})
