@@ -183,3 +183,13 @@ def test_model_defaults_go_under_request_options() -> None:
     d = c.with_model_defaults({"temperature": 0.7, "top_k": 3, "stop": ["END"], "num_predict": 9})
     s = d.gen.sampling
     assert (s.temperature, s.top_k, s.top_logprobs, d.gen.stop, d.gen.num_predict) == (0.1, 3, 1, ("END",), 9)
+
+
+def test_format_schema_keywords_that_cannot_be_enforced_are_refused() -> None:
+    from llamay.errors import GrammarError
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}],
+            "format": {"type": "array", "uniqueItems": True}}  # fmt: skip
+    with pytest.raises(GrammarError) as e:
+        parse_chat(body)
+    assert "uniqueItems" in e.value.message and e.value.param == "format"

@@ -223,18 +223,15 @@ _KNOWN_OPTIONS = frozenset(
 
 
 def _format(f: Fields) -> Grammar | None:
-    """`format`: "json" (any JSON object) or a JSON schema. Schema keywords that cannot be
-    enforced are dropped (Ollama is lenient too) and logged."""
+    """`format`: "json" (any JSON object) or a JSON schema, enforced in full: a keyword
+    that cannot be enforced is a 400 naming it, as on every other route."""
     raw = f.raw("format")
     if raw is None or raw == "":
         return None
     if raw == "json":
         return Grammar.json_object(param="format")
     if isinstance(raw, Mapping):
-        grammar = Grammar.from_json_schema(dict(raw), strict=False, param="format")
-        if grammar.ignored:
-            log.info("format schema keywords not enforced: %s", ", ".join(grammar.ignored))
-        return grammar
+        return Grammar.from_json_schema(dict(raw), strict=True, param="format")
     raise InvalidRequest(f"'format' must be \"json\" or a JSON schema object, not {raw!r}", param="format")
 
 
