@@ -34,18 +34,20 @@ __all__ = ["create_app", "ENDPOINTS"]
 
 # (method, path, purpose) for the serve banner; keep in step with the routes below.
 ENDPOINTS: list[tuple[str, str, str]] = [
-    ("POST", "/v1/chat/completions", "chat (OpenAI), streaming with SSE"),
+    ("POST", "/v1/chat/completions", "chat (OpenAI): streaming, schemas, tools, reasoning, sessions"),
     ("POST", "/v1/completions", "text completion (OpenAI)"),
-    ("GET", "/v1/models", "models this server holds"),
+    ("GET", "/v1/models", "models (OpenAI)"),
+    ("POST", "/v1/messages", "Anthropic Messages API (+ /count_tokens)"),
+    ("POST", "/api/chat", "Ollama chat (+ /api/generate, tags, ps, show, pull, ...)"),
+    ("POST", "/v1/embeddings", "embeddings (OpenAI; Ollama: /api/embed)"),
+    ("POST", "/v1/rerank", "rerank documents for a query"),
+    ("POST", "/v1/retrieve", "passages from the index the caller may read"),
     ("POST", "/v1/contexts", "compute a prefix once and keep it (server-held context)"),
-    ("GET", "/v1/contexts", "list your contexts"),
     ("POST", "/v1/contexts/{id}/fork?n=N", "fork a context N ways (no KV copy)"),
-    ("GET", "/v1/contexts/{id}/snapshot", "download a context as a file"),
-    ("POST", "/v1/contexts/restore", "restore a snapshot file as a new context"),
-    ("DELETE", "/v1/contexts/{id}", "delete a context"),
-    ("GET", "/v1/stats", "traffic, tokens, queue, KV and cache figures (admin)"),
-    ("GET", "/metrics", "the same in Prometheus format (admin)"),
-    ("GET", "/health", "liveness and engine status"),
+    ("GET", "/v1/contexts/{id}/snapshot", "download a context as a file (restore: POST /v1/contexts/restore)"),
+    ("POST", "/v1/redact", "find and replace personal data"),
+    ("GET", "/v1/stats", "traffic, tokens, queue, KV and cache figures (admin; Prometheus: /metrics)"),
+    ("GET", "/health", "liveness and engine status (OpenAPI description: /openapi.json)"),
 ]
 
 
