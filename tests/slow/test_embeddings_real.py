@@ -82,12 +82,20 @@ def test_similarities_and_embedding_rerank(base: str) -> None:
     assert body["method"] == "embedding" and [r["index"] for r in body["results"]] == [0, 1]
 
 
-def test_throughput_under_concurrent_requests(base: str, reference: dict[str, Any]) -> None:
+def test_throughput_under_concurrent_requests(
+    base: str, encoders: dict[str, Encoder], reference: dict[str, Any]
+) -> None:
+    """Reports embeddings/s; asserts only what load on the machine cannot change: the decodes
+    were shared (about 8 sequences each), not one per text."""
     texts = reference["sentences"]
     n_requests = 50
+    stats = encoders["embed"].stats
+    decodes, sequences = stats.decodes, stats.sequences
     start = time.perf_counter()
     with cf.ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda _: embed(base, texts), range(n_requests)))
     rate = n_requests * len(texts) / (time.perf_counter() - start)
     print(f"all-minilm f16: {rate:.0f} embeddings/s over HTTP, 8 concurrent clients of {len(texts)} texts")
-    assert rate > 20
+    per_decode = (stats.sequences - sequences) / (stats.decodes - decodes)
+    assert stats.sequences - sequences == n_requests * len(texts)
+    assert 4 < per_decode <= 8
