@@ -44,7 +44,11 @@ ENDPOINTS: list[tuple[str, str, str]] = [
     ("POST", "/v1/retrieve", "passages from the index the caller may read"),
     ("POST", "/v1/contexts", "compute a prefix once and keep it (server-held context)"),
     ("POST", "/v1/contexts/{id}/fork?n=N", "fork a context N ways (no KV copy)"),
-    ("GET", "/v1/contexts/{id}/snapshot", "download a context as a file (restore: POST /v1/contexts/restore)"),
+    (
+        "GET",
+        "/v1/contexts/{id}/snapshot",
+        "download a context as a file (restore: POST /v1/contexts/restore)",
+    ),
     ("POST", "/v1/redact", "find and replace personal data"),
     ("GET", "/v1/stats", "traffic, tokens, queue, KV and cache figures (admin; Prometheus: /metrics)"),
     ("GET", "/health", "liveness and engine status (OpenAPI description: /openapi.json)"),
@@ -102,10 +106,14 @@ def create_app(runtime: Runtime, keys: KeyRing | None = None) -> Starlette:
         # Shutdown runs here, before the server process exits: engines stop and contexts
         # are written to disk.
         await asyncio.to_thread(runtime.close)
+        for enc in (getattr(app.state, "encoders", None) or {}).values():
+            await asyncio.to_thread(enc.close)
 
     app = Starlette(routes=routes, exception_handlers=exception_handlers(), lifespan=lifespan)
     app.state.runtime = runtime
     app.state.keys = keys
+    app.state.encoders = {}
+    app.state.index = None
     app.state.counter = RequestCounter()
     app.add_middleware(AuthMiddleware, keys=keys)
     # Added last, so it runs first: it also counts the 401s the auth layer answers.

@@ -52,6 +52,15 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="a Jinja chat template file that overrides the model's own",
     )
+    flag(p, "embed", default=None, help="an embedding model to load beside the chat model (e.g. all-minilm)")
+    flag(p, "rerank", default=None, help="a cross-encoder (rank pooling GGUF) for /v1/rerank and retrieval")
+    flag(
+        p,
+        "index",
+        type=Path,
+        default=None,
+        help="an index built by `llamay index build`, served at /v1/retrieve",
+    )
     flag(
         p,
         "max-loaded",
@@ -104,6 +113,26 @@ def banner_table(base: str) -> str:
     lines = [f"  {'METHOD':<6}  {'URL':<{width}}  PURPOSE"]
     lines += [f"  {m:<6}  {base + path:<{width}}  {why}" for m, path, why in ENDPOINTS]
     return "\n".join(lines)
+
+
+def load_extras(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+    """Encoders (-embed, -rerank) and the retrieval index (-index), when asked for."""
+    encoders: dict[str, Any] = {}
+    if args.embed or args.rerank or args.index:
+        from ..embed import load_encoders
+
+        # Retrieval needs an embedder; the default one is used when none was named.
+        embed = args.embed or ("all-minilm" if args.index else None)
+        encoders = load_encoders(embed, args.rerank, threads=args.threads)
+        for kind, enc in encoders.items():
+            log.info("encoder loaded", extra=kv(role=kind, model=enc.name, dim=enc.dim))
+    index = None
+    if args.index:
+        from ..rag import open_index
+
+        index = open_index(args.index)
+        log.info("index opened", extra=kv(path=args.index))
+    return encoders, index
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -166,6 +195,11 @@ def run_serve(args: argparse.Namespace) -> int:
             extra=kv(addr=addr),
         )
     app = create_app(runtime, keys)
+    try:
+        app.state.encoders, app.state.index = load_extras(args)
+    except Exception as exc:
+        runtime.close()
+        return fail(exc)
     try:
         uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, timeout_graceful_shutdown=5)
     finally:
