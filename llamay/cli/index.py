@@ -101,8 +101,13 @@ def run_build(args: argparse.Namespace) -> int:
     except Exception as exc:
         return fail(exc)
     try:
+        given = Path(args.embed).expanduser()
         report = build_index(
-            root, index_path, EncoderEmbedder(encoder), progress=lambda total: Progress(total, "embedding")
+            root,
+            index_path,
+            EncoderEmbedder(encoder),
+            progress=lambda total: Progress(total, "embedding"),
+            model_source=str(given.resolve()) if given.is_file() else args.embed,
         )
     except Exception as exc:
         return fail(exc)
@@ -139,7 +144,7 @@ def run_retrieve(args: argparse.Namespace) -> int:
         return fail(exc)
     try:
         _quiet_llama()
-        encoders["embed"] = load_encoder(args.embed or index.model, "embed", threads=args.threads)
+        encoders["embed"] = load_encoder(args.embed or index.model_source, "embed", threads=args.threads)
         if args.rerank:
             encoders["rerank"] = load_encoder(args.rerank, "rerank", threads=args.threads)
         found = asyncio.run(

@@ -104,12 +104,20 @@ ProgressFactory = Callable[[int], Progress | None]
 
 
 def build_index(
-    root: Path, index_path: Path, embedder: Embedder, *, progress: ProgressFactory | None = None
+    root: Path,
+    index_path: Path,
+    embedder: Embedder,
+    *,
+    progress: ProgressFactory | None = None,
+    model_source: str | None = None,
 ) -> BuildReport:
     """Build or update the index at `index_path` over the folder `root` (see the module
     docstring).  `progress(total_passages)` may give a `Progress` to advance while embedding.
-    Raises NotADirectoryError for a `root` that is not a folder, NotAnIndex for an
-    `index_path` that is another kind of file."""
+    `model_source` is recorded as what loads the embedding model again (a name, or a GGUF
+    path when the model's name does not find it; see `Index.model_source`); without it, the
+    one recorded for the same model is kept.  Raises
+    NotADirectoryError for a `root` that is not a folder, NotAnIndex for an `index_path` that
+    is another kind of file."""
     t0 = time.monotonic()
     root = root.resolve()
     if not root.is_dir():
@@ -117,7 +125,10 @@ def build_index(
     report = BuildReport()
     store = IndexStore.open(index_path, create=True)
     try:
-        _update(store, root, embedder, report, progress)
+        if model_source is None:  # keep what loads the same model
+            same = store.meta("model") == embedder.name
+            model_source = (store.meta("model_source") if same else None) or embedder.name
+        _update(store, root, embedder, report, progress, model_source)
         report.documents, report.passages = store.counts()
     finally:
         store.close()
@@ -126,7 +137,12 @@ def build_index(
 
 
 def _update(
-    store: IndexStore, root: Path, embedder: Embedder, report: BuildReport, progress: ProgressFactory | None
+    store: IndexStore,
+    root: Path,
+    embedder: Embedder,
+    report: BuildReport,
+    progress: ProgressFactory | None,
+    model_source: str,
 ) -> None:
     settings = {"model": embedder.name, "dim": str(embedder.dim), "chunker": CHUNKER}
     if any(store.meta(k) not in (None, v) for k, v in settings.items()):
@@ -175,6 +191,7 @@ def _update(
         for k, v in settings.items():
             store.set_meta(k, v)
         store.set_meta("root", str(root))
+        store.set_meta("model_source", model_source)
         store.set_meta("built_at", str(int(time.time())))
         store.set_meta("generation", str(store.generation() + 1))
 

@@ -51,6 +51,7 @@ class Hit:
 class _Snapshot:
     generation: int
     model: str
+    model_source: str
     dim: int
     root: str
     ids: np.ndarray  # passage ids, ascending (row number -> id)
@@ -78,6 +79,12 @@ class Index:
         return self._snap.model
 
     @property
+    def model_source(self) -> str:
+        """What loads the embedding model: the name or GGUF path the build was given
+        (``load_encoder(index.model_source, "embed")``), else the model's name."""
+        return self._snap.model_source or self._snap.model
+
+    @property
     def dim(self) -> int:
         return self._snap.dim
 
@@ -102,6 +109,7 @@ class Index:
         return _Snapshot(
             generation,
             store.meta("model") or "",
+            store.meta("model_source") or "",
             dim,
             store.meta("root") or "",
             np.array([r[0] for r in rows], dtype=np.int64),
