@@ -3,17 +3,15 @@ are random: these tests check keyword matches, byte-exact citations and access r
 semantic quality).
 
 A folder with ``public/``, a root file and a ``finance/`` folder (``.llamay-access``: finance)
-is indexed with ``llamay index build``; the llamay app is served in-process by uvicorn on
-127.0.0.1 (as ``llamay serve -index`` will set ``app.state.index``) with a keys file of two
-keys, one in group finance and one not.
+is indexed with ``llamay index build`` and served by a real ``llamay serve -index INDEX -embed
+GGUF -keys KEYS`` on 127.0.0.1, with a keys file of two keys, one in group finance and one not.
+What needs other server state (no index, a reranker) runs on the app in-process.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,18 +19,18 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-import uvicorn
+from starlette.testclient import TestClient
 
 from llamay.api.app import create_app
 from llamay.auth import KeyRing
 from llamay.cli.main import main
 from llamay.convert import convert_bert
 from llamay.embed import Encoder, embed_texts_sync, load_encoders
-from llamay.rag import ADMIN, EncoderEmbedder, Index, build_index, open_index
+from llamay.rag import ADMIN, EncoderEmbedder, build_index, open_index
 from llamay.rag.store import IndexStore
 from llamay.runtime import Runtime
 from llamay.testing.tiny_bert import write_tiny_bert
-from tests.serverproc import free_port
+from tests.serverproc import start_server
 
 FIN_KEY, ENG_KEY = "key-finance-alice", "key-eng-bob"
 
@@ -88,9 +86,7 @@ def index_path(corpus: Path, gguf: dict[str, Path]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(
-    index_path: Path, encoders: dict[str, Encoder], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
+def keys_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     keys = tmp_path_factory.mktemp("keys") / "keys.json"
     keys.write_text(
         json.dumps(
@@ -102,29 +98,34 @@ def server(
             }
         )
     )
-    app = create_app(Runtime(), KeyRing.load(keys, env={}))
-    app.state.encoders = {"embed": encoders["embed"]}
-    app.state.index = open_index(index_path)
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "in-process server did not start"
-        time.sleep(0.02)
-    app.state.base = f"http://127.0.0.1:{port}"
-    try:
-        yield app
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=30)
-        app.state.index.close()
+    return keys
 
 
-def retrieve(app: Any, key: str | None, body: dict[str, Any], status: int = 200) -> Any:
+@pytest.fixture(scope="module")
+def server(
+    tiny_model_path: Path,
+    index_path: Path,
+    gguf: dict[str, Path],
+    keys_file: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """The base URL of `llamay serve -index INDEX -embed GGUF -keys KEYS`."""
+    args = ["-index", str(index_path), "-embed", str(gguf["embed"]), "-keys", str(keys_file), "-threads", "1"]
+    with start_server(tiny_model_path, *args, home=tmp_path_factory.mktemp("home")) as proc:
+        yield proc.base
+
+
+@pytest.fixture()
+def inproc(keys_file: Path) -> Iterator[tuple[Any, TestClient]]:
+    """The llamay app in-process (no lifespan: nothing to load or close but what tests set)."""
+    app = create_app(Runtime(), KeyRing.load(keys_file, env={}))
+    # Not entered as a context manager: the lifespan would close the shared encoders.
+    yield app, TestClient(app, base_url="http://127.0.0.1")
+
+
+def retrieve(base: str, key: str | None, body: dict[str, Any], status: int = 200) -> Any:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    r = httpx.post(f"{app.state.base}/v1/retrieve", json=body, headers=headers, timeout=60)
+    r = httpx.post(f"{base}/v1/retrieve", json=body, headers=headers, timeout=60)
     assert r.status_code == status, r.text
     return r.json()
 
@@ -139,7 +140,7 @@ def assert_exact_citations(corpus: Path, data: Sequence[dict[str, Any]]) -> None
             assert region.startswith(hit["text"].split()[0]) and region.endswith(hit["text"].split()[-1])
 
 
-def test_keyword_match_ranks_first_with_exact_citation(server: Any, corpus: Path) -> None:
+def test_keyword_match_ranks_first_with_exact_citation(server: str, corpus: Path) -> None:
     body = retrieve(server, FIN_KEY, {"query": "merger terms", "top_k": 10})
     assert body["object"] == "list" and body["method"] == "hybrid"
     first = body["data"][0]
@@ -173,7 +174,7 @@ def public_only_search(index_path: Path, tmp_path: Path, encoder: Encoder, query
 
 @pytest.mark.parametrize("query", ["merger terms", "quarterly revenue", "the quick fox", "fork a context"])
 def test_restricted_passages_reach_only_their_group(
-    server: Any, index_path: Path, tmp_path: Path, encoders: dict[str, Encoder], corpus: Path, query: str
+    server: str, index_path: Path, tmp_path: Path, encoders: dict[str, Encoder], corpus: Path, query: str
 ) -> None:
     alice = retrieve(server, FIN_KEY, {"query": query, "top_k": 100})["data"]
     bob = retrieve(server, ENG_KEY, {"query": query, "top_k": 100})["data"]
@@ -183,7 +184,7 @@ def test_restricted_passages_reach_only_their_group(
     assert_exact_citations(corpus, alice + bob)
 
 
-def test_request_errors(server: Any) -> None:
+def test_request_errors(server: str) -> None:
     retrieve(server, None, {"query": "x"}, 401)
     for body, param in [
         ({}, "query"),
@@ -193,24 +194,39 @@ def test_request_errors(server: Any) -> None:
         assert retrieve(server, ENG_KEY, body, 400)["error"]["param"] == param
     assert retrieve(server, ENG_KEY, {"query": "   "}, 400)["error"]["param"] == "query"
     high = retrieve(server, ENG_KEY, {"query": "fork", "min_score": 0.02})["data"]
-    assert all(d["score"] >= 0.02 for d in high)
-    index, server.state.index = server.state.index, None
-    try:
-        error = retrieve(server, ENG_KEY, {"query": "x"}, 404)["error"]
-        assert "no index is loaded; start the server with -index" in error["message"]
-    finally:
-        server.state.index = index
+    assert high and all(d["score"] >= 0.02 for d in high)
 
 
-def test_reranker_reorders_readable_passages(server: Any, encoders: dict[str, Encoder]) -> None:
-    server.state.encoders = dict(encoders)
+def test_without_an_index_retrieve_is_a_404(inproc: tuple[Any, TestClient]) -> None:
+    _, client = inproc
+    r = client.post("/v1/retrieve", json={"query": "x"}, headers={"Authorization": f"Bearer {ENG_KEY}"})
+    assert r.status_code == 404
+    assert "no index is loaded; start the server with -index" in r.json()["error"]["message"]
+
+
+def test_reranker_reorders_readable_passages(
+    inproc: tuple[Any, TestClient], index_path: Path, encoders: dict[str, Encoder]
+) -> None:
+    app, client = inproc
+    app.state.encoders = dict(encoders)
+    app.state.index = open_index(index_path)
     try:
-        body = retrieve(server, ENG_KEY, {"query": "merger terms", "top_k": 10})
+        got = {
+            key: client.post(
+                "/v1/retrieve",
+                json={"query": "merger terms", "top_k": 10},
+                headers={"Authorization": f"Bearer {key}"},
+            ).json()
+            for key in (FIN_KEY, ENG_KEY)
+        }
     finally:
-        server.state.encoders = {"embed": encoders["embed"]}
-    assert body["method"] == "hybrid+rerank"
-    assert all(0 < d["score"] < 1 for d in body["data"])
-    assert not any(d["source"].startswith("finance/") for d in body["data"])
+        app.state.index.close()
+    for body in got.values():
+        assert body["method"] == "hybrid+rerank"
+        assert all(0 < d["score"] < 1 for d in body["data"])
+        assert [d["score"] for d in body["data"]] == sorted((d["score"] for d in body["data"]), reverse=True)
+    assert any(d["source"] == "finance/q3.txt" for d in got[FIN_KEY]["data"])
+    assert not any(d["source"].startswith("finance/") for d in got[ENG_KEY]["data"])
 
 
 class Counting:
@@ -225,7 +241,7 @@ class Counting:
 
 
 def test_rebuild_after_an_edit_embeds_only_that_file(
-    server: Any, corpus: Path, index_path: Path, encoders: dict[str, Encoder]
+    server: str, corpus: Path, index_path: Path, encoders: dict[str, Encoder]
 ) -> None:
     counting = Counting(EncoderEmbedder(encoders["embed"]))
     report = build_index(corpus, index_path, counting)
@@ -238,7 +254,6 @@ def test_rebuild_after_an_edit_embeds_only_that_file(
     first = retrieve(server, ENG_KEY, {"query": "zebra crossing", "top_k": 3})["data"][0]
     assert first["source"] == "notes.txt" and first["text"] == counting.texts[0]
     assert_exact_citations(corpus, [first])
-    assert isinstance(server.state.index, Index)
 
 
 def test_cli_retrieve(index_path: Path, gguf: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
