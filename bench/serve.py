@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import random
+import signal
 import statistics
 import sys
 import time
@@ -376,25 +377,33 @@ def _progress(name: str, phase: str) -> None:
     print(f"bench.serve {stamp} {name}: {phase}", file=sys.stderr, flush=True)
 
 
-async def run_workload(name: str, base_url: str, sizes: Sizes, prompts: Prompts, banned: list[int]) -> dict:
+def phases(w: Workload) -> list[tuple[str, Callable[[], Awaitable[Any]]]]:
+    """The measurements in run order: those the targets use first, so that a run cut short
+    still yields them."""
+    levels = sorted(w.sizes.agg_levels, key=lambda c: (c != 8, c))
+    steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+        ("warmup", partial(warmup, w)),
+        ("decode", partial(measure_decode, w)),
+    ]
+    steps += [(f"aggregate_c{c}", partial(measure_aggregate, w, c)) for c in levels[:1]]
+    steps += [("prefill", partial(measure_prefill, w)), ("ttft", partial(measure_ttft, w))]
+    steps += [(f"aggregate_c{c}", partial(measure_aggregate, w, c)) for c in levels[1:]]
+    return steps
+
+
+async def run_workload(
+    name: str, base_url: str, sizes: Sizes, prompts: Prompts, banned: list[int], out: dict[str, Any]
+) -> None:
+    """Run every phase against base_url, adding each result to `out` as soon as it is done."""
     prompts.reset()
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     async with httpx.AsyncClient(base_url=base_url, timeout=REQUEST_TIMEOUT, limits=limits) as client:
-        w = Workload(client, sizes, prompts, banned)
-        steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
-            ("warmup", partial(warmup, w)),
-            ("prefill", partial(measure_prefill, w)),
-            ("decode", partial(measure_decode, w)),
-            ("ttft", partial(measure_ttft, w)),
-        ]
-        steps += [(f"aggregate_c{c}", partial(measure_aggregate, w, c)) for c in sizes.agg_levels]
-        out: dict[str, Any] = {}
-        for phase, step in steps:
+        for phase, step in phases(Workload(client, sizes, prompts, banned)):
             _progress(name, phase)
             result = await step()
             if phase != "warmup":
                 out[phase] = result
-    return out
+                _progress(name, f"{phase} = {json.dumps(result)}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -424,15 +433,18 @@ def baseline_spec(model: Path, port: int, args: argparse.Namespace) -> ServerSpe
     return ServerSpec("llama_cpp_server", argv, "/v1/models", {"OMP_WAIT_POLICY": None})
 
 
-def bench_server(spec: ServerSpec, port: int, sizes: Sizes, prompts: Prompts, banned: list[int]) -> dict:
-    """Start the server, run the workload, stop it; failures become an "error" entry."""
+def bench_server(
+    spec: ServerSpec, port: int, sizes: Sizes, prompts: Prompts, banned: list[int], result: dict[str, Any]
+) -> None:
+    """Start the server, run the workload into `result`, stop it; a failure becomes an "error"
+    entry beside the phases already done."""
     _progress(spec.name, "starting " + " ".join(spec.argv[1:]))
-    result: dict[str, Any] = {"command": spec.argv[1:], "env": dict(spec.env)}
+    result.update({"command": spec.argv[1:], "env": dict(spec.env)})
     try:
         with running_server(spec.name, spec.argv, port, spec.ready_path, env=spec.env) as server:
             result["log"] = str(server.log_path)
             try:
-                result.update(asyncio.run(run_workload(spec.name, server.base_url, sizes, prompts, banned)))
+                asyncio.run(run_workload(spec.name, server.base_url, sizes, prompts, banned, result))
             except RequestFailed as exc:
                 result["error"] = {**exc.detail, "server_log_tail": log_tail(server.log_path, 40)}
                 if server.proc.poll() is not None:
@@ -441,7 +453,6 @@ def bench_server(spec: ServerSpec, port: int, sizes: Sizes, prompts: Prompts, ba
         result["error"] = {"what": "server did not start", "detail": str(exc)}
     if "error" in result:
         _progress(spec.name, f"FAILED: {json.dumps(result['error'])[:2000]}")
-    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -521,8 +532,13 @@ def missing_baseline_extras() -> list[str]:
     return [m for m in ("llama_cpp", *BASELINE_EXTRAS) if importlib.util.find_spec(m) is None]
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)  # stop the servers and report, as on Ctrl-C
     missing = missing_baseline_extras()
     if "llama_cpp" in missing:
         print("bench.serve: llama-cpp-python is not installed (run ./setup.sh)", file=sys.stderr)
@@ -538,7 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         vocab.close()
     print_json(report)
-    return 0 if not any("error" in s for s in report["servers"].values()) else 1
+    failed = report["interrupted"] or any("error" in s for s in report["servers"].values())
+    return 1 if failed else 0
 
 
 def run_all(
@@ -551,22 +568,30 @@ def run_all(
 ) -> dict[str, Any]:
     load_start = os.getloadavg()
     servers: dict[str, Any] = {}
-    for name, omp in (("llamay", None), ("llamay_omp_passive", "passive")):
-        port = free_port()
-        servers[name] = bench_server(llamay_spec(name, model, port, args, omp), port, sizes, prompts, banned)
-    if missing:
-        msg = f"missing {', '.join(missing)}: .venv/bin/pip install {BASELINE_PIP}"
-        print(f"bench.serve: baseline skipped, {msg}", file=sys.stderr)
-        servers["llama_cpp_server"] = {"error": {"what": "baseline not installed", "detail": msg}}
-    else:
-        port = free_port()
-        servers["llama_cpp_server"] = bench_server(
-            baseline_spec(model, port, args), port, sizes, prompts, banned
-        )
+    try:
+        for name, omp in (("llamay", None), ("llamay_omp_passive", "passive")):
+            port = free_port()
+            spec = llamay_spec(name, model, port, args, omp)
+            bench_server(spec, port, sizes, prompts, banned, servers.setdefault(name, {}))
+        if missing:
+            msg = f"missing {', '.join(missing)}: .venv/bin/pip install {BASELINE_PIP}"
+            print(f"bench.serve: baseline skipped, {msg}", file=sys.stderr)
+            servers["llama_cpp_server"] = {"error": {"what": "baseline not installed", "detail": msg}}
+        else:
+            port = free_port()
+            spec = baseline_spec(model, port, args)
+            bench_server(spec, port, sizes, prompts, banned, servers.setdefault(spec.name, {}))
+        interrupted = False
+    except KeyboardInterrupt:
+        interrupted = True
+        print("bench.serve: interrupted; reporting what was measured", file=sys.stderr)
+    for name in ("llamay", "llamay_omp_passive", "llama_cpp_server"):
+        servers.setdefault(name, {})
     base = servers["llama_cpp_server"]
     return {
         "benchmark": "serve",
         "quick": args.quick,
+        "interrupted": interrupted,
         "model": str(model),
         "machine": machine_info(load_start),
         "settings": {"ctx": args.ctx, "threads": args.threads, "batch": args.batch, "sizes": asdict(sizes)},
