@@ -25,6 +25,9 @@ class ContextConfig:
     n_threads: int = 2
     n_threads_batch: int = 2
     type_kv: str = "f16"
+    # llama.cpp's CPU flash attention accumulates in f16: measurably different (worse) greedy
+    # text on small models than the plain kernel, so it is off unless asked for.
+    flash_attn: bool = False
 
 
 class DecodeStatus:
@@ -86,6 +89,11 @@ class Context:
         p.n_threads = config.n_threads
         p.n_threads_batch = config.n_threads_batch
         p.kv_unified = True
+        p.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if config.flash_attn
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
         p.no_perf = True
         p.type_k = p.type_v = _KV_TYPES[config.type_kv]
         ptr = llama_cpp.llama_init_from_model(model.ptr, p)

@@ -165,3 +165,24 @@ def test_close_finishes_waiting_and_running(model: Model) -> None:
         )
     engine.close()
     assert len(finishes) == 3 and all(f.reason == "abort" for f in finishes)
+
+
+def test_greedy_equals_llama_cpp_pythons_own_generation(tiny_model_path: Path, model: Model) -> None:
+    """The engine's batched greedy path gives exactly the tokens of llama-cpp-python's own
+    high-level generation on the same prompt tokens (the reference implementation)."""
+    from llama_cpp import Llama
+
+    prompt = model.tokenize("The little dog ran to the house and", add_special=False)
+    ref = Llama(str(tiny_model_path), n_ctx=512, n_batch=256, verbose=False, logits_all=False)
+    expected = []
+    for tok in ref.generate(prompt, temp=0.0, top_k=1, repeat_penalty=1.0):
+        if len(expected) == 30:
+            break
+        expected.append(int(tok))
+    ref.close()
+    engine = make_engine(model)
+    try:
+        got, _ = run(engine, GenerateRequest(prompt, SamplingParams(temperature=0), StopSpec(max_tokens=30)))
+    finally:
+        engine.close()
+    assert got == expected
