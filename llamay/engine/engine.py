@@ -241,15 +241,27 @@ class Engine:
 
     def _attach(self, s: Sequence) -> int:
         """Share cached KV into a new sequence; returns the positions it now holds. The
-        last prompt token is always recomputed: its logits start generation."""
-        limit = len(s.tokens) - 1
+        last two prompt tokens are always recomputed: the last one's logits start
+        generation, and computing it alone would change them (see engine/scheduler.py)."""
+        limit = len(s.tokens) - 2
         session = s.request.session
         if session is None or session.context_id is None:
-            return self.pool.attach(s.seq_id, s.tokens, limit)
+            return self.pool.attach(s.seq_id, s.tokens, limit) if s.request.cache else 0
         rec = self.contexts.get(session.context_id)
         holder = self.contexts.resident(rec, self.acquire_seq)
         n = min(rec.n_kv, limit)
         self.ctx.seq_cp(holder, s.seq_id, 0, n)
+        return n
+
+    def _shareable(self, s: Sequence) -> int:
+        """How many leading positions of a finished sequence may be shared with later
+        requests: those computed as prompt (in chunks of two or more tokens). Positions
+        computed one token per step while generating get slightly different KV values than
+        the same tokens read as a prompt, and sharing them would make a cache hit change
+        output; they are dropped here and recomputed by whoever needs them."""
+        n = min(s.n_past, s.n_prompt)
+        if n < s.n_past:
+            self.ctx.seq_rm(s.seq_id, n, -1)
         return n
 
     def _end_session(self, req: GenerateRequest, s: Sequence | None, reason: str = "abort") -> str | None:
@@ -262,7 +274,7 @@ class Engine:
         if session.create:
             if not ok or s is None:
                 return None
-            rec = self.contexts.adopt(s.seq_id, s.tokens, s.n_past, session.owner, session.marking)
+            rec = self.contexts.adopt(s.seq_id, s.tokens, self._shareable(s), session.owner, session.marking)
             return rec.id
         assert session.context_id is not None
         current = self.contexts.records.get(session.context_id)
@@ -270,7 +282,7 @@ class Engine:
             return None
         current.busy = False
         if ok and s is not None:
-            self.contexts.update(current, s.seq_id, s.tokens, s.n_past)
+            self.contexts.update(current, s.seq_id, s.tokens, self._shareable(s))
             return current.id
         return None
 
@@ -337,8 +349,9 @@ class Engine:
         s.done = True
         context_id = self._end_session(s.request, s, reason)  # a context may take the sequence
         if context_id is None:
-            if reason in ("stop", "length") and s.n_past > 0:
-                self.pool.keep(s.seq_id, s.tokens[: s.n_past])
+            if reason in ("stop", "length") and s.n_past > 0 and s.request.cache:
+                n = self._shareable(s)
+                self.pool.keep(s.seq_id, s.tokens[:n])
             else:
                 self.pool.release(s.seq_id)
         if reason == "abort":

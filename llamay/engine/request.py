@@ -67,6 +67,7 @@ class GenerateRequest:
     session: SessionSpec | None = None
     # None: the default (an n-gram repetition penalty while a grammar constrains output).
     repetition: Any = None
+    cache: bool = True  # share a cached prefix in, and keep this one for later requests
     id: int = field(default_factory=lambda: next(_ids))
 
 

@@ -41,11 +41,16 @@ def test_says_hello(client: openai.OpenAI) -> None:
 
 def test_stream_matches_non_stream(client: openai.OpenAI) -> None:
     msgs = [{"role": "user", "content": "Name three colours."}]
-    whole = client.chat.completions.create(model="", messages=msgs, temperature=0, max_tokens=40)
+    # Both computed from scratch: with the prefix cache the two requests would share KV cells
+    # laid out differently, which can change the last bits of attention sums.
+    cold = {"cache_prompt": False}
+    whole = client.chat.completions.create(
+        model="", messages=msgs, temperature=0, max_tokens=40, extra_body=cold
+    )
     parts = [
         c.choices[0].delta.content or ""
         for c in client.chat.completions.create(
-            model="", messages=msgs, temperature=0, max_tokens=40, stream=True
+            model="", messages=msgs, temperature=0, max_tokens=40, stream=True, extra_body=cold
         )
         if c.choices
     ]
@@ -81,3 +86,36 @@ def test_llamay_run_streams_and_prints_stats() -> None:
         r"prompt \d+ tokens in \d+ms \([\d.]+ tok/s\) · generated \d+ in [\d.]+m?s \([\d.]+ tok/s\) · stop: (stop|length)",
         out.stderr,
     ), out.stderr
+
+
+def test_cache_hits_never_change_greedy_output() -> None:
+    """The same greedy request cold, then warm (a cache hit), then as a second turn on top of
+    its own reply: each equals what a fresh server computes for the same prompt. (Each server
+    here serves only this test: see the note in the README on KV cell layout.)"""
+    import tempfile
+    from pathlib import Path
+
+    from llamay.store import ModelStore
+
+    path = ModelStore().resolve(None).path
+
+    turn1 = [{"role": "user", "content": "List three fruits, one per line."}]
+
+    def ask(c: openai.OpenAI, msgs: list[dict]) -> tuple[str, int]:
+        r = c.chat.completions.create(model="", messages=msgs, temperature=0, max_tokens=40)
+        return r.choices[0].message.content or "", r.usage.prompt_tokens_details.cached_tokens
+
+    with tempfile.TemporaryDirectory() as h1, start_server(path, home=Path(h1), timeout=600) as warm_server:
+        client = openai.OpenAI(base_url=warm_server.url, api_key="x", max_retries=0, timeout=120)
+        first, _ = ask(client, turn1)
+        again, cached = ask(client, turn1)
+        turn2 = turn1 + [
+            {"role": "assistant", "content": first},
+            {"role": "user", "content": "And three vegetables?"},
+        ]
+        warm2, cached2 = ask(client, turn2)
+    assert cached > 0 and again == first
+    assert cached2 > 0
+    with tempfile.TemporaryDirectory() as home, start_server(path, home=Path(home), timeout=600) as fresh:
+        cold = openai.OpenAI(base_url=fresh.url, api_key="x", max_retries=0, timeout=120)
+        assert ask(cold, turn2)[0] == warm2

@@ -56,6 +56,7 @@ def requests_for(
                 constraint=plan,
                 session=session,
                 repetition=common.repetition,
+                cache=common.cache_prompt,
             )
         )
     return out

@@ -33,6 +33,7 @@ class Common:
     grammar: Grammar | None = None
     session: str | None = None
     repetition: RepetitionParams | None = None
+    cache_prompt: bool = True
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,7 @@ def _common(f: Fields, *, default_max: int | None, logprobs: int) -> Common:
         _grammar(f),
         session,
         _repetition(f),
+        f.flag("cache_prompt", True),
     )
 
 
