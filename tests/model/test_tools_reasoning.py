@@ -112,7 +112,8 @@ def test_required_with_finish_tool_never_ends_in_plain_text(server: ServerProc) 
             check_calls(choice.message.tool_calls, {"get_weather": SCHEMAS["get_weather"]})
             assert all(c.function.name != "finish" for c in choice.message.tool_calls)
         else:  # the model called `finish`: its summary is the answer, with no visible call
-            assert choice.finish_reason == "stop" and isinstance(choice.message.content, str)
+            # (random weights may write a summary longer than max_tokens: then it is cut off)
+            assert choice.finish_reason in ("stop", "length") and isinstance(choice.message.content, str)
 
 
 def test_streamed_tool_call_deltas_match_the_whole_answer(server: ServerProc) -> None:
