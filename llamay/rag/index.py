@@ -5,12 +5,15 @@ vector search is an exact (brute-force) cosine search over them with numpy.  The
 reloaded when a build has committed since (the index's ``generation`` changed), checked at
 every search, so a server picks up ``llamay index build`` without a restart.  Passages a build
 adds after the snapshot are not found until it has committed; results always come from the
-snapshot's passages, filtered by the snapshot's labels.
+snapshot's passages, filtered by the snapshot's labels.  Each reader's readable mask and each
+query term's occurrences are cached for the snapshot's lifetime (bounded), so repeated readers
+and common terms cost nothing after their first search.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,12 +21,14 @@ import numpy as np
 
 from .access import Label, Reader
 from .search import bm25_scores, rrf, top_rows, vector_scores
-from .store import IndexStore, keyword_terms
+from .store import IndexStore, query_terms
 
-__all__ = ["MAX_QUERY_TERMS", "Hit", "Index", "open_index"]
+__all__ = ["MASK_CACHE", "POSTINGS_CACHE", "Hit", "Index", "open_index"]
 
-#: Distinct query terms used for keyword search; the rest are ignored.
-MAX_QUERY_TERMS = 64
+#: Term occurrences (snapshot row numbers) kept in memory between searches, at most.
+POSTINGS_CACHE = 4_000_000
+#: Readers whose readable-passage masks are kept between searches, at most.
+MASK_CACHE = 256
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,9 @@ class Index:
         self._store = store
         self._lock = threading.Lock()
         self._snap = self._load()
+        self._postings: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cached = 0
+        self._masks: dict[Reader, np.ndarray] = {}  # per reader, for this snapshot
 
     @property
     def path(self) -> Path:
@@ -128,6 +136,9 @@ class Index:
         if self._store.generation() == self._snap.generation:
             return False
         self._snap = self._load()
+        self._postings.clear()
+        self._cached = 0
+        self._masks.clear()
         return True
 
     def readable(self, reader: Reader, snap: _Snapshot | None = None) -> np.ndarray:
@@ -137,18 +148,30 @@ class Index:
         return np.isin(snap.doc_of, docs)
 
     def _occurrences(self, snap: _Snapshot, query: str) -> list[np.ndarray]:
-        terms = list(dict.fromkeys(keyword_terms(query)))[:MAX_QUERY_TERMS]
+        """Per query term, the snapshot row of each occurrence (from FTS5's instance table,
+        cached per snapshot: common terms have many occurrences and cost the most to read)."""
         out: list[np.ndarray] = []
-        for term in terms:
-            found = self._store.conn.execute(
-                "SELECT doc FROM passages_terms WHERE term = ?", (term,)
-            ).fetchall()
-            pids = np.array([r[0] for r in found], dtype=np.int64)
-            pos = np.searchsorted(snap.ids, pids)
-            ok = pos < len(snap.ids)
-            ok[ok] = snap.ids[pos[ok]] == pids[ok]
-            out.append(pos[ok])
+        for term in query_terms(query):
+            rows = self._postings.get(term)
+            if rows is None:
+                found = self._store.conn.execute("SELECT doc FROM passages_terms WHERE term = ?", (term,))
+                pids = np.fromiter((r[0] for r in found), dtype=np.int64)
+                pos = np.searchsorted(snap.ids, pids)
+                ok = pos < len(snap.ids)
+                ok[ok] = snap.ids[pos[ok]] == pids[ok]
+                rows = pos[ok]
+                self._cache(term, rows)
+            else:
+                self._postings.move_to_end(term)
+            out.append(rows)
         return out
+
+    def _cache(self, term: str, rows: np.ndarray) -> None:
+        self._postings[term] = rows
+        self._cached += len(rows)
+        while self._cached > POSTINGS_CACHE and len(self._postings) > 1:
+            _, old = self._postings.popitem(last=False)
+            self._cached -= len(old)
 
     def rankings(
         self, query: str, qvec: np.ndarray | None, reader: Reader, depth: int
@@ -158,7 +181,11 @@ class Index:
         with self._lock:
             self._refresh()
             snap = self._snap
-            mask = self.readable(reader, snap)
+            mask = self._masks.get(reader)
+            if mask is None:
+                if len(self._masks) >= MASK_CACHE:
+                    self._masks.clear()
+                mask = self._masks[reader] = self.readable(reader, snap)
             by_vector: list[int] = []
             if qvec is not None and len(snap.ids):
                 scores, rows = vector_scores(snap.vectors, np.asarray(qvec, dtype=np.float32), mask)

@@ -25,10 +25,28 @@ import numpy as np
 from .access import Label
 from .chunk import Passage
 
-__all__ = ["SCHEMA_VERSION", "DocRecord", "IndexStore", "NotAnIndex", "keyword_terms"]
+__all__ = [
+    "MAX_QUERY_TERMS",
+    "SCHEMA_VERSION",
+    "STOPWORDS",
+    "DocRecord",
+    "IndexStore",
+    "NotAnIndex",
+    "keyword_terms",
+    "query_terms",
+]
 
 SCHEMA_VERSION = "1"
 _TERM = re.compile(r"[^\W_]+")
+#: Distinct query terms used for keyword search; the rest are ignored.
+MAX_QUERY_TERMS = 64
+#: Words left out of keyword queries: Lucene's English stop words and question words.  They
+#: match most passages, so they cost the most to look up and tell the least.
+_STOPWORDS = (
+    "a an and are as at be but by for if in into is it no not of on or such that the their then "
+    "there these they this to was will with what which who whom whose how when where why do does did"
+)
+STOPWORDS = frozenset(_STOPWORDS.split())
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -61,6 +79,13 @@ def keyword_terms(text: str) -> list[str]:
     """The keyword terms of `text` as the index's FTS5 tokenizer (unicode61) makes them: runs
     of letters and digits, lower-cased."""
     return [t.lower() for t in _TERM.findall(text)]
+
+
+def query_terms(query: str) -> list[str]:
+    """The distinct terms a keyword search looks up for `query`, in order: its keyword terms
+    less `STOPWORDS` (all of them when nothing else is left), at most `MAX_QUERY_TERMS`."""
+    terms = list(dict.fromkeys(keyword_terms(query)))
+    return ([t for t in terms if t not in STOPWORDS] or terms)[:MAX_QUERY_TERMS]
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import pytest
 
 from llamay.rag import ADMIN, Reader, build_index, open_index
 from llamay.rag.progress import Progress
-from llamay.rag.store import IndexStore, NotAnIndex
+from llamay.rag.store import IndexStore, NotAnIndex, query_terms
 
 FINANCE = Reader(frozenset({"finance"}))
 STAFF = Reader(frozenset({"eng"}))
@@ -181,10 +181,13 @@ def test_open_index_reloads_after_a_build(docs: Path, tmp_path: Path) -> None:
     build_index(docs, index_path, fake)
     index = open_index(index_path)
     before = index.size
+    # "zebra" is looked up (and its empty postings cached) before the build adds it.
+    assert index.rankings("zebra", None, ADMIN, 10) == ([], [])
     (docs / "public/more.txt").write_text("zebra crossing")
     build_index(docs, index_path, fake)
     hits = index.search("zebra", fake.embed(["zebra"])[0], ADMIN, limit=1, depth=10)
     assert index.size == before + 1 and hits[0].source == "public/more.txt"
+    assert index.rankings("the zebra", None, ADMIN, 10)[1] == index.rankings("zebra", None, ADMIN, 10)[1]
     index.close()
 
 
@@ -201,6 +204,17 @@ def test_empty_file_is_stored_without_passages(docs: Path, tmp_path: Path) -> No
     report = build_index(docs, tmp_path / "i.sqlite", FakeEmbedder())
     assert "empty.txt" in report.added
     assert build_index(docs, tmp_path / "i.sqlite", FakeEmbedder()).unchanged == 6
+
+
+def test_query_terms_drop_stop_words_unless_nothing_else_is_left() -> None:
+    assert query_terms("What is the Caf\u00e9's revenue, and who_knows?") == [
+        "caf\u00e9",
+        "s",
+        "revenue",
+        "knows",
+    ]
+    assert query_terms("To be or not to be") == ["to", "be", "or", "not"]
+    assert query_terms(" ".join(f"w{i}" for i in range(100)))[-1] == "w63"
 
 
 def test_errors(tmp_path: Path) -> None:
