@@ -158,7 +158,7 @@ class Context:
         size = int(llama_cpp.llama_state_seq_get_size(self.ptr, seq))
         buf = (ctypes.c_uint8 * size)()
         n = int(llama_cpp.llama_state_seq_get_data(self.ptr, buf, size, seq))
-        return bytes(buf[:n])
+        return ctypes.string_at(buf, n)  # bytes(buf[:n]) builds a list of ints: 30x slower
 
     def set_seq_state(self, seq: int, data: bytes) -> bool:
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)

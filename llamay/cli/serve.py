@@ -116,22 +116,27 @@ def banner_table(base: str) -> str:
 
 
 def load_extras(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
-    """Encoders (-embed, -rerank) and the retrieval index (-index), when asked for."""
-    encoders: dict[str, Any] = {}
-    if args.embed or args.rerank or args.index:
-        from ..embed import load_encoders
-
-        # Retrieval needs an embedder; the default one is used when none was named.
-        embed = args.embed or ("all-minilm" if args.index else None)
-        encoders = load_encoders(embed, args.rerank, threads=args.threads)
-        for kind, enc in encoders.items():
-            log.info("encoder loaded", extra=kv(role=kind, model=enc.name, dim=enc.dim))
+    """Encoders (-embed, -rerank) and the retrieval index (-index), when asked for. An
+    index records the embedding model it was built with, which is the default -embed."""
     index = None
+    embed = args.embed
     if args.index:
         from ..rag import open_index
 
         index = open_index(args.index)
+        embed = embed or index.model_source
         log.info("index opened", extra=kv(path=args.index))
+    encoders: dict[str, Any] = {}
+    if embed or args.rerank:
+        from ..embed import load_encoders
+
+        encoders = load_encoders(embed, args.rerank, threads=args.threads)
+        for kind, enc in encoders.items():
+            log.info("encoder loaded", extra=kv(role=kind, model=enc.name, dim=enc.dim))
+    if index is not None:
+        from ..rag import query_encoder
+
+        query_encoder(index, encoders)  # refuses an embedder other than the index's
     return encoders, index
 
 

@@ -138,9 +138,11 @@ class Contexts:
         seq = acquire()
         if seq is None:
             raise Overloaded("no sequence is free to restore the context into; retry shortly")
-        if not self.state.set_seq_state(seq, state):
+        if not self._load_state(seq, state):
             self.pool.release(seq)
-            raise Conflict(f"the saved state of context '{rec.id}' could not be loaded")
+            raise Overloaded(
+                f"the KV cache has no room to bring context '{rec.id}' back right now; retry shortly"
+            )
         n_kv = self.state.seq_pos_max(seq) + 1
         self.pool.keep(seq, header.tokens[:n_kv], pins=0)
         for other in self.records.values():  # every record sharing that file comes back together
@@ -182,15 +184,23 @@ class Contexts:
             _, state = read_snapshot(Path(rec.spill).read_bytes())
         return write_snapshot(self._header(rec), state)
 
+    def _load_state(self, seq: int, state: bytes) -> bool:
+        """Load state into `seq`, making room first if needed: llama.cpp wants one free run
+        of cells as long as the state, so cached prefixes, then idle contexts, give way."""
+        while not self.state.set_seq_state(seq, state):
+            if not (self.pool.evict_one() or self.spill_lru()):
+                return False
+        return True
+
     def restore(
         self, header: SnapshotHeader, state: bytes, acquire: Callable[[], int | None]
     ) -> ContextRecord:
         seq = acquire()
         if seq is None:
             raise Overloaded("no sequence is free to restore into; retry shortly")
-        if not self.state.set_seq_state(seq, state):
+        if not self._load_state(seq, state):
             self.pool.release(seq)
-            raise InvalidRequest("the snapshot's KV state could not be loaded into this server's context")
+            raise Overloaded("the KV cache has no room for this context right now (running requests hold it)")
         n_kv = self.state.seq_pos_max(seq) + 1
         if n_kv > len(header.tokens):
             self.pool.release(seq)

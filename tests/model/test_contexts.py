@@ -227,3 +227,27 @@ def test_admin_only_routes_and_stats(tiny_model_path: Path, tmp_path: Path) -> N
         assert "# TYPE llamay_requests_total counter" in text
         r = post(s, "/v1/messages", json={}, headers={"x-api-key": "wrong"})
         assert r.status_code == 401 and r.json()["type"] == "error"
+
+
+def test_restore_makes_room_among_cached_prefixes(tiny_model_path: Path, tmp_path: Path) -> None:
+    with start_server(tiny_model_path, "-ctx", "1024", home=tmp_path) as s:
+        made = post(s, "/v1/contexts", json={"prompt": "long instructions " * 34})
+        assert made.status_code == 200, made.text
+        cid = made.json()["id"]
+        snap = httpx.get(s.base + f"/v1/contexts/{cid}/snapshot").content
+        httpx.delete(s.base + f"/v1/contexts/{cid}")
+        for i in range(10):  # finished requests leave their prompts in the cache
+            assert (
+                post(s, "/v1/completions", json={"prompt": f"filler {i} " * 12, "max_tokens": 2}).status_code
+                == 200
+            )
+        assert httpx.get(s.base + "/health").json()["models"][0]["cache_cells"] > 1024 - 340
+        r = post(s, "/v1/contexts/restore", content=snap)
+        assert r.status_code == 200, r.text
+        body = {
+            "prompt": "long instructions " * 34 + "and more",
+            "llamay_session": r.json()["id"],
+            "max_tokens": 2,
+        }
+        used = post(s, "/v1/completions", json=body).json()
+        assert used["usage"]["prompt_tokens_details"]["cached_tokens"] > 100

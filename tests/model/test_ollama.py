@@ -17,7 +17,6 @@ import ollama
 import pytest
 
 from llamay.runtime import Runtime
-from llamay.store import ModelStore
 from llamay.testing import CHATML
 from tests.serverproc import ServerProc, start_server
 
@@ -307,7 +306,6 @@ def test_store_and_embedding_routes_answer_or_say_why(server: ServerProc) -> Non
     assert r.status_code in (404, 501) and r.json()["error"]
 
 
-@pytest.mark.skipif(not hasattr(ModelStore, "create"), reason="the store cannot create models yet")
 def test_create_copy_delete_pull_with_the_store(tiny_model_path: Path, tmp_path: Path) -> None:
     with start_server(tiny_model_path, "-ctx", "2048", home=tmp_path / "home") as s:
         c = client(s)

@@ -100,7 +100,6 @@ def write_pdf(pages: list[list[str]]) -> bytes:
 
 
 def test_pdf_pages_map_to_their_content_streams() -> None:
-    pytest.importorskip("pypdf")
     raw = write_pdf([["Quarterly revenue grew.", "Costs fell."], ["Second page text."]])
     got = pdf_text(raw)
     assert got.text == "Quarterly revenue grew.\nCosts fell.\n\nSecond page text."
@@ -114,7 +113,6 @@ def test_pdf_pages_map_to_their_content_streams() -> None:
 
 
 def test_broken_pdf_is_not_extractable() -> None:
-    pytest.importorskip("pypdf")
     with pytest.raises(NotExtractable):
         pdf_text(b"%PDF-1.4\nthis is not a pdf")
 

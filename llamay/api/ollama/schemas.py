@@ -173,7 +173,7 @@ def parse_options(raw: Any, *, logprobs: bool = False, top_logprobs: int = 0) ->
             log.warning("ignoring unknown Ollama option %r", key)
     seed = f.integer("seed", None)
     num_predict = f.integer("num_predict", None)
-    repeat_last_n = f.integer("repeat_last_n", 64, lo=-1)
+    repeat_last_n = f.integer("repeat_last_n", 64, lo=-1, hi=1_000_000)
     typical_p = f.number("typical_p", 1.0, lo=0.0, hi=1.0)
     repeat_penalty = f.number("repeat_penalty", 1.1, lo=0.0, hi=10.0)
     sampling = SamplingParams(

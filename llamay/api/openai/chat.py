@@ -25,6 +25,7 @@ async def chat_completions(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     req = parse_chat(await read_json(request))
     lm = await runtime.use(req.common.model)
+    req.common.sampling.validate(lm.model.n_vocab)  # logit_bias ids must be in this vocabulary
     setup = prepare_chat(lm, req.options)
     await check_plan(lm, setup.plan)
     async with session_tokens(request, lm, req.common, setup.tokens, setup.text) as tokens:

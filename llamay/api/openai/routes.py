@@ -35,6 +35,7 @@ async def completions(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     req = parse_completion(await read_json(request))
     lm = await runtime.use(req.common.model)
+    req.common.sampling.validate(lm.model.n_vocab)  # logit_bias ids must be in this vocabulary
     if len(req.prompts) > 1 and (req.common.stream or req.common.session is not None):
         raise InvalidRequest("streaming and 'llamay_session' take one prompt per request", param="prompt")
     prompts = [completion_prompt(lm, p) for p in req.prompts]

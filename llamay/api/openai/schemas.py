@@ -99,7 +99,7 @@ def _common(f: Fields, *, default_max: int | None, logprobs: int) -> Common:
         min_p=f.number("min_p", 0.0, lo=0.0, hi=1.0),
         typical_p=f.number("typical_p", 1.0, lo=0.0, hi=1.0) or 1.0,
         repeat_penalty=f.number("repeat_penalty", 1.0, lo=0.0, hi=10.0) or 1.0,
-        repeat_last_n=f.integer("repeat_last_n", 64, lo=0),
+        repeat_last_n=f.integer("repeat_last_n", 64, lo=0, hi=1_000_000),
         presence_penalty=f.number("presence_penalty", 0.0, lo=-2.0, hi=2.0),
         frequency_penalty=f.number("frequency_penalty", 0.0, lo=-2.0, hi=2.0),
         logit_bias=_logit_bias(f),
