@@ -156,6 +156,7 @@ class Runtime:
         self._aliases: dict[str, str] = {}
         self._loading: dict[str, asyncio.Future[LoadedModel]] = {}
         self._generation = 0
+        self.encoders: dict[str, Any] = {}  # "embed" / "rerank" encoders loaded beside the models
         self._lock = threading.Lock()
         self.started = time.time()
 
@@ -242,6 +243,21 @@ class Runtime:
                 )
             # Models kept without expiry (the one `serve` was started with) go last.
             await self.unload(min(idle, key=lambda m: (m.keep_alive < 0, m.last_used)).name)
+
+    async def embed(
+        self, name: str, texts: list[str], *, truncate: bool, keep_alive: float | None = None
+    ) -> tuple[list[list[float]], int]:
+        """Unit vectors for `texts` from the loaded embedding model, and the tokens read."""
+        encoder = self.encoders.get("embed")
+        if encoder is None:
+            raise ModelNotFound(
+                f"no embedding model is loaded for '{name}'; start the server with -embed MODEL",
+                param="model",
+            )
+        from .embed import embed_texts
+
+        vectors, n_tokens = await embed_texts(encoder, texts, truncate)
+        return vectors.astype(float).tolist(), n_tokens  # plain floats: JSON-ready
 
     async def unload(self, name: str) -> bool:
         """Unload a model (its running requests end with reason 'abort'); False if not loaded."""

@@ -202,6 +202,7 @@ def run_serve(args: argparse.Namespace) -> int:
     app = create_app(runtime, keys)
     try:
         app.state.encoders, app.state.index = load_extras(args)
+        runtime.encoders = app.state.encoders
     except Exception as exc:
         runtime.close()
         return fail(exc)

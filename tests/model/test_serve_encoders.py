@@ -23,6 +23,11 @@ def test_serve_with_embedder_and_reranker(tiny_model_path: Path, tmp_path: Path)
         assert len(out.data) == 2 and len(out.data[0].embedding) > 8
         r = httpx.post(s.base + "/v1/rerank", json={"query": "cat", "documents": ["the cat", "a dog"]}).json()
         assert r["method"] == "cross-encoder" and len(r["results"]) == 2
+        import ollama
+
+        got = ollama.Client(host=s.base).embed(model="all-minilm", input=["the cat", "a dog"])
+        assert len(got.embeddings) == 2
+        assert abs(sum(x * x for x in got.embeddings[0]) - 1.0) < 1e-3
         # the chat model still serves beside them
         chat = client.chat.completions.create(
             model="", messages=[{"role": "user", "content": "hi"}], max_tokens=3
