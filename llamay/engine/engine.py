@@ -71,7 +71,7 @@ class Engine:
         self._waiting: deque[tuple[Handle, Sink]] = deque()
         self._running: list[Sequence] = []
         # Ids beyond the running cap hold finished sequences as a prefix cache.
-        self.pool = SeqPool(ctx.n_seq_max, ctx)
+        self.pool = SeqPool(ctx.n_seq_max, ctx, budget=ctx.n_ctx // 4)
         folder = self.config.contexts_dir
         if folder is None:
             import tempfile

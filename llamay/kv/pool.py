@@ -39,8 +39,13 @@ class Entry:
 class SeqPool:
     """Hands out sequence ids; keeps finished sequences as a prefix cache (LRU)."""
 
-    def __init__(self, n_seq: int, ops: KvOps) -> None:
+    def __init__(self, n_seq: int, ops: KvOps, budget: int | None = None) -> None:
+        """`budget`: how many positions unpinned entries may hold in all. Every KV cell in
+        use widens the attention of every later step (masked cells are still read), so a
+        cache of prompts nobody repeats would slow everything down; LRU entries beyond the
+        budget are dropped."""
         self.ops = ops
+        self.budget = budget
         self.free: list[int] = list(range(n_seq))[::-1]
         self.entries: dict[int, Entry] = {}
         self.tree = RadixTree()
@@ -86,7 +91,17 @@ class SeqPool:
                 self.drop(other.seq)
         self.entries[seq] = entry
         self.tree.insert(seq, entry.tokens)
+        self._trim()
         return entry
+
+    def _trim(self) -> None:
+        if self.budget is None:
+            return
+        while True:
+            unpinned = [e for e in self.entries.values() if e.pins == 0]
+            if sum(len(e.tokens) for e in unpinned) <= self.budget or len(unpinned) <= 1:
+                return
+            self.drop(min(unpinned, key=lambda e: e.last_used).seq)
 
     def touch(self, seq: int) -> None:
         self.entries[seq].last_used = next(self._clock)

@@ -68,3 +68,15 @@ def test_dropping_an_entry_keeps_cells_a_sharer_uses() -> None:
     pool.attach(b, [1, 2, 3, 4, 5], limit=4)
     pool.drop(a)
     assert kv.tags[b] == {0, 1, 2, 3}
+
+
+def test_budget_keeps_the_cache_small_and_recent() -> None:
+    kv = FakeKv()
+    pool = SeqPool(8, kv, budget=10)
+    for i in range(4):
+        pool.keep(pool.acquire(), [100 + i] * 4)
+    kept = sorted(e.tokens[0] for e in pool.entries.values())
+    assert kept == [102, 103]  # the most recent ones, within 10 positions
+    big = pool.acquire()
+    pool.keep(big, list(range(50)))  # a single entry over budget stays: it is the newest
+    assert list(pool.entries) == [big]
