@@ -236,6 +236,11 @@ def test_restore_makes_room_among_cached_prefixes(tiny_model_path: Path, tmp_pat
         cid = made.json()["id"]
         snap = httpx.get(s.base + f"/v1/contexts/{cid}/snapshot").content
         httpx.delete(s.base + f"/v1/contexts/{cid}")
+        kept = []  # two live contexts hold most of the KV; they must survive the restore
+        for word in ("alpha", "beta"):
+            r = post(s, "/v1/contexts", json={"prompt": f"{word} rules " * 34})
+            assert r.status_code == 200, r.text
+            kept.append((word, r.json()["id"]))
         for i in range(10):  # finished requests leave their prompts in the cache
             assert (
                 post(s, "/v1/completions", json={"prompt": f"filler {i} " * 12, "max_tokens": 2}).status_code
@@ -251,3 +256,7 @@ def test_restore_makes_room_among_cached_prefixes(tiny_model_path: Path, tmp_pat
         }
         used = post(s, "/v1/completions", json=body).json()
         assert used["usage"]["prompt_tokens_details"]["cached_tokens"] > 100
+        for word, kid in kept:
+            body = {"prompt": f"{word} rules " * 34 + "and more", "llamay_session": kid, "max_tokens": 2}
+            used = post(s, "/v1/completions", json=body).json()
+            assert used["usage"]["prompt_tokens_details"]["cached_tokens"] > 100
