@@ -37,6 +37,7 @@ class RuntimeConfig:
     concurrency: int = 8
     max_queue: int = 64
     kv_type: str = "f16"
+    cache_ram: int = 512 * 1024 * 1024  # bytes per model for cached prefixes kept in RAM
     chat_template_file: Path | None = None
     home: Path | None = None  # contexts are saved under home/contexts; None: not kept
 
@@ -119,6 +120,7 @@ def load_model(name: str, path: Path, config: RuntimeConfig, sha256: str | None 
     engine_config = EngineConfig(
         concurrency=config.concurrency,
         max_queue=config.max_queue,
+        cache_ram=config.cache_ram,
         model_name=name,
         model_sha256=sha256,
         contexts_dir=folder,

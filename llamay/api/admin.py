@@ -36,6 +36,7 @@ def collect_stats(runtime: Runtime, counter: RequestCounter | None) -> dict[str,
                 "kv_cells_used": m.engine.kv_used(),
                 "kv_cells_cached": m.engine.cache_used(),
                 "kv_cells_total": m.engine.n_ctx,
+                "ram_cache_bytes": m.engine.ram_cache()["bytes"],
                 "contexts": len(m.engine.contexts.records),
                 "decode_steps": st.steps,
                 "decode_seconds": round(st.decode_seconds, 3),
@@ -89,6 +90,7 @@ async def metrics(request: Request) -> Response:
         ("queue_depth", "requests waiting", "gauge"),
         ("kv_cells_used", "KV cells held by running requests", "gauge"),
         ("kv_cells_cached", "KV cells kept by the prefix cache", "gauge"),
+        ("ram_cache_bytes", "Bytes of cached prefixes moved out of the KV cache into RAM", "gauge"),
         ("contexts", "server-held contexts", "gauge"),
     ]:
         name = key if kind == "gauge" else f"{key}_total"

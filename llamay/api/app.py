@@ -65,6 +65,7 @@ async def health(request: Request) -> Response:
             "context": m.engine.n_ctx,
             "kv_cells": m.engine.kv_used(),
             "cache_cells": m.engine.cache_used(),
+            "ram_cache": m.engine.ram_cache(),
             "requests": m.engine.stats.requests,
             "aborted": m.engine.stats.aborted,
         }

@@ -46,6 +46,14 @@ def add_parser(sub: Any) -> None:
     flag(p, "kv", default="f16", choices=["f16", "f32", "q8_0"], help="KV cache type (default f16)")
     flag(
         p,
+        "cache-ram",
+        dest="cache_ram",
+        type=int,
+        default=512,
+        help="MiB of RAM per model for cached prefixes moved out of the KV cache; 0: none (default 512)",
+    )
+    flag(
+        p,
         "chat-template",
         dest="chat_template",
         type=Path,
@@ -160,6 +168,7 @@ def run_serve(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             max_queue=args.queue,
             kv_type=args.kv,
+            cache_ram=max(0, args.cache_ram) * 1024 * 1024,
             chat_template_file=args.chat_template,
             home=llamay_home(),
         )

@@ -46,6 +46,7 @@ class EngineConfig:
     model_name: str = "model"
     model_sha256: str = ""
     contexts_dir: Path | None = None  # where contexts are spilled and saved; None: a temp folder
+    cache_ram: int = 512 * 1024 * 1024  # bytes of RAM for cached prefixes moved out of the KV cache
 
 
 @dataclass
@@ -71,7 +72,7 @@ class Engine:
         self._waiting: deque[tuple[Handle, Sink]] = deque()
         self._running: list[Sequence] = []
         # Ids beyond the running cap hold finished sequences as a prefix cache.
-        self.pool = SeqPool(ctx.n_seq_max, ctx, budget=ctx.n_ctx // 4)
+        self.pool = SeqPool(ctx.n_seq_max, ctx, budget=ctx.n_ctx // 4, stash_bytes=self.config.cache_ram)
         folder = self.config.contexts_dir
         if folder is None:
             import tempfile
@@ -134,6 +135,11 @@ class Engine:
     def cache_used(self) -> int:
         """KV positions kept by the prefix cache (shared cells counted once per holder)."""
         return self._cache_cells
+
+    def ram_cache(self) -> dict[str, int]:
+        """Cached prefixes moved out of the KV cache into RAM: entries and bytes."""
+        stash = self.pool.stash
+        return {"entries": len(stash), "bytes": stash.bytes, "capacity": stash.capacity}
 
     def call(self, fn: Callable[[], T]) -> Future[T]:
         """Run `fn` on the engine thread between steps (for KV and context operations)."""
@@ -223,6 +229,7 @@ class Engine:
                 self._end_session(handle.request, None)
                 self._safe_sink(sink, ErrorEvent(exc))
                 continue
+            self.pool.expect(len(seq.tokens) - seq.n_past)
             self._running.append(seq)
             self.stats.requests += 1
             used += need
@@ -318,6 +325,7 @@ class Engine:
         for sl in plan:
             self._running[sl.index].n_past += sl.count
             self._running[sl.index].decode_seconds += spent
+        self.pool.age(batch.n)
         for s, row in rows:
             sample_step(self, s, row)
         self._running = [s for s in self._running if not s.done]

@@ -5,16 +5,20 @@ Engine-thread only. KV operations go through a small `KvOps` interface so the po
 tested without weights. With a unified KV cache `seq_cp` only tags cells with another
 sequence id, so sharing a prefix costs no copy, and a cell lives while any sequence
 still references it: dropping a cache entry never disturbs a request that copied from it.
+
+Unpinned entries that sit idle while other work is computed move to a RAM stash
+(kv/stash.py) and come back from there on a hit.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from .radix import RadixTree
+from .stash import Stash, Stashed
 
 __all__ = ["KvOps", "Entry", "SeqPool"]
 
@@ -22,6 +26,8 @@ __all__ = ["KvOps", "Entry", "SeqPool"]
 class KvOps(Protocol):
     def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool: ...
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None: ...
+    def seq_state(self, seq: int) -> bytes: ...
+    def set_seq_state(self, seq: int, data: bytes) -> bool: ...
 
 
 @dataclass
@@ -34,21 +40,29 @@ class Entry:
     last_used: float
     pins: int = 0
     extra: dict[str, object] = field(default_factory=dict)
+    computed_at: int = 0  # the pool's computed-token count when it was last used
 
 
 class SeqPool:
     """Hands out sequence ids; keeps finished sequences as a prefix cache (LRU)."""
 
-    def __init__(self, n_seq: int, ops: KvOps, budget: int | None = None) -> None:
+    def __init__(
+        self, n_seq: int, ops: KvOps, budget: int | None = None, stash_bytes: int = 0, idle_after: int = 64
+    ) -> None:
         """`budget`: how many positions unpinned entries may hold in all. Every KV cell in
-        use widens the attention of every later step (masked cells are still read), so a
-        cache of prompts nobody repeats would slow everything down; LRU entries beyond the
-        budget are dropped."""
+        use widens the attention of every later step (masked cells are still read), so
+        entries beyond the budget leave the KV cache (LRU). `stash_bytes` > 0 keeps the
+        state of entries that leave in RAM, and an unpinned entry no running request shares
+        leaves once `idle_after` tokens were computed since its last use."""
         self.ops = ops
         self.budget = budget
         self.free: list[int] = list(range(n_seq))[::-1]
         self.entries: dict[int, Entry] = {}
         self.tree = RadixTree()
+        self.stash = Stash(stash_bytes)
+        self.idle_after = idle_after
+        self.borrowed: dict[int, int] = {}  # running seq -> the entry it shares cells with
+        self.computed = 0
         self._clock = itertools.count(1)
 
     # -- ids ---------------------------------------------------------------------------
@@ -61,22 +75,44 @@ class SeqPool:
 
     def release(self, seq: int) -> None:
         """Drop the KV of a sequence that is not an entry and free its id."""
+        self.borrowed.pop(seq, None)
         self.ops.seq_rm(seq)
         self.free.append(seq)
 
     # -- prefix cache ------------------------------------------------------------------
     def attach(self, seq: int, tokens: Sequence[int], limit: int) -> int:
         """Share into `seq` the cells of the longest cached prefix of `tokens`, at most
-        `limit` tokens; returns how many positions `seq` now holds."""
-        if limit <= 0 or not self.entries:
+        `limit` tokens (loading it from the stash if it is there); returns how many
+        positions `seq` now holds."""
+        if limit <= 0 or not (self.entries or self.stash):
             return 0
-        match = self.tree.longest(tokens[:limit], prefer={s: e.last_used for s, e in self.entries.items()})
+        match = self.tree.longest(tokens[:limit], prefer=self._ranks())
         if match is None:
             return 0
+        if isinstance(match.holder, str):
+            return self._load(seq, self.stash.get(match.holder), match.length)
         entry = self.entries[int(match.holder)]  # type: ignore[call-overload]
         entry.last_used = next(self._clock)
+        entry.computed_at = self.computed
+        self.borrowed[seq] = entry.seq
         self.ops.seq_cp(entry.seq, seq, 0, match.length)
         return match.length
+
+    def _ranks(self) -> dict[Hashable, float]:
+        # On equal length a resident entry wins: sharing its cells is free, loading is not.
+        ranks: dict[Hashable, float] = {s: float(e.last_used) + 1e15 for s, e in self.entries.items()}
+        ranks.update({k: float(i) for i, k in enumerate(self.stash.items)})
+        return ranks
+
+    def _load(self, seq: int, item: Stashed, length: int) -> int:
+        """Bring a stashed prefix into `seq`, cut to `length`. llama.cpp needs one free run
+        of cells for it: idle cached prefixes give way first. 0 if it cannot fit."""
+        while not self.ops.set_seq_state(seq, item.state):
+            if not self.evict_one():
+                return 0
+        if length < len(item.tokens):
+            self.ops.seq_rm(seq, length, -1)
+        return length
 
     def keep(self, seq: int, tokens: Sequence[int], pins: int = 0) -> Entry:
         """Turn `seq` (holding KV for `tokens`) into an entry. Unpinned entries that are a
@@ -89,6 +125,11 @@ class SeqPool:
                 and other.tokens == entry.tokens[: len(other.tokens)]
             ):
                 self.drop(other.seq)
+        for item in list(self.stash.items.values()):
+            if len(item.tokens) <= len(tokens) and item.tokens == entry.tokens[: len(item.tokens)]:
+                self._unstash(item.key)
+        self.borrowed.pop(seq, None)
+        entry.computed_at = self.computed
         self.entries[seq] = entry
         self.tree.insert(seq, entry.tokens)
         self._trim()
@@ -101,7 +142,42 @@ class SeqPool:
             unpinned = [e for e in self.entries.values() if e.pins == 0]
             if sum(len(e.tokens) for e in unpinned) <= self.budget or len(unpinned) <= 1:
                 return
-            self.drop(min(unpinned, key=lambda e: e.last_used).seq)
+            self._leave(min(unpinned, key=lambda e: e.last_used))
+
+    def age(self, n_tokens: int) -> None:
+        """Count `n_tokens` just computed; idle unpinned entries that no running request
+        shares move to the stash (when there is one)."""
+        self.computed += n_tokens
+        self.expect(0)
+
+    def expect(self, n_tokens: int) -> None:
+        """`n_tokens` are about to be computed: entries that would be idle by then leave
+        now, before the new work takes its cells, so the work lands in the cells they free
+        (the attention of every step spans up to the highest cell in use)."""
+        if not self.stash.capacity:
+            return
+        busy = set(self.borrowed.values())
+        for e in list(self.entries.values()):
+            if e.pins == 0 and e.seq not in busy and self.computed + n_tokens - e.computed_at >= self.idle_after:
+                self._leave(e)
+
+    def _leave(self, entry: Entry) -> None:
+        """Take an unpinned entry out of the KV cache, keeping its state in the stash."""
+        if self.stash.capacity and entry.tokens:
+            item, evicted = self.stash.add(list(entry.tokens), self.ops.seq_state(entry.seq))
+            for key in evicted:
+                self.tree.remove(key)
+            if item is not None:
+                for other in list(self.stash.items.values()):
+                    n = len(other.tokens)
+                    if other is not item and n <= len(item.tokens) and other.tokens == item.tokens[:n]:
+                        self._unstash(other.key)
+                self.tree.insert(item.key, item.tokens)
+        self.drop(entry.seq)
+
+    def _unstash(self, key: str) -> None:
+        self.stash.remove(key)
+        self.tree.remove(key)
 
     def touch(self, seq: int) -> None:
         self.entries[seq].last_used = next(self._clock)
@@ -113,11 +189,12 @@ class SeqPool:
         self.release(seq)
 
     def evict_one(self) -> bool:
-        """Drop the least recently used unpinned entry; False if there is none."""
+        """Move the least recently used unpinned entry out of the KV cache (to the stash,
+        if there is one); False if there is none."""
         candidates = [e for e in self.entries.values() if e.pins == 0]
         if not candidates:
             return False
-        self.drop(min(candidates, key=lambda e: e.last_used).seq)
+        self._leave(min(candidates, key=lambda e: e.last_used))
         return True
 
     def lru_pinned(self) -> Entry | None:

@@ -236,16 +236,15 @@ def test_restore_makes_room_among_cached_prefixes(tiny_model_path: Path, tmp_pat
         cid = made.json()["id"]
         snap = httpx.get(s.base + f"/v1/contexts/{cid}/snapshot").content
         httpx.delete(s.base + f"/v1/contexts/{cid}")
-        kept = []  # two live contexts hold most of the KV; they must survive the restore
-        for word in ("alpha", "beta"):
+        kept = []  # live contexts hold most of the KV; they must survive the restore
+        for word in ("alpha", "beta", "gamma", "delta", "omega"):
             r = post(s, "/v1/contexts", json={"prompt": f"{word} rules " * 34})
             assert r.status_code == 200, r.text
             kept.append((word, r.json()["id"]))
-        for i in range(10):  # finished requests leave their prompts in the cache
-            assert (
-                post(s, "/v1/completions", json={"prompt": f"filler {i} " * 12, "max_tokens": 2}).status_code
-                == 200
-            )
+            if httpx.get(s.base + "/health").json()["models"][0]["cache_cells"] > 1024 - 340:
+                break
+        r = post(s, "/v1/completions", json={"prompt": "filler " * 12, "max_tokens": 2})
+        assert r.status_code == 200  # a finished request leaves its prompt in the cache
         assert httpx.get(s.base + "/health").json()["models"][0]["cache_cells"] > 1024 - 340
         r = post(s, "/v1/contexts/restore", content=snap)
         assert r.status_code == 200, r.text

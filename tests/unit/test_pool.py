@@ -8,15 +8,29 @@ class FakeKv:
         self.tags: dict[int, set[int]] = {}
 
     def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
-        self.tags.pop(seq, None)
+        if p0 < 0 and p1 < 0:
+            self.tags.pop(seq, None)
+        else:
+            self.tags[seq] = {p for p in self.tags.get(seq, set()) if p < p0 or (0 <= p1 <= p)}
         return True
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         held = self.tags.get(src, set())
         self.tags.setdefault(dst, set()).update(p for p in held if (p0 < 0 or p >= p0) and (p1 < 0 or p < p1))
 
+    def seq_state(self, seq: int) -> bytes:
+        return bytes(sorted(self.tags.get(seq, set())))
+
+    def set_seq_state(self, seq: int, data: bytes) -> bool:
+        if self.room is not None and len(data) > self.room - sum(len(t) for t in self.tags.values()):
+            return False
+        self.tags[seq] = set(data)
+        return True
+
     def fill(self, seq: int, n: int) -> None:
         self.tags.setdefault(seq, set()).update(range(n))
+
+    room: int | None = None  # cells free for set_seq_state; None: unlimited
 
 
 def test_reuse_longest_prefix_and_limit() -> None:
@@ -80,3 +94,66 @@ def test_budget_keeps_the_cache_small_and_recent() -> None:
     big = pool.acquire()
     pool.keep(big, list(range(50)))  # a single entry over budget stays: it is the newest
     assert list(pool.entries) == [big]
+
+
+def _kept(pool: SeqPool, kv: FakeKv, tokens: list[int]) -> int:
+    seq = pool.acquire()
+    assert seq is not None
+    kv.fill(seq, len(tokens))
+    pool.keep(seq, tokens)
+    return seq
+
+
+def test_idle_entries_move_to_ram_and_come_back_on_a_hit() -> None:
+    kv = FakeKv()
+    pool = SeqPool(4, kv, stash_bytes=1000, idle_after=10)
+    a = _kept(pool, kv, [1, 2, 3, 4, 5, 6])
+    pool.age(9)
+    assert a in pool.entries  # not idle long enough yet
+    pool.age(1)
+    assert a not in pool.entries and a not in kv.tags and len(pool.stash) == 1
+    b = pool.acquire()
+    assert b is not None
+    assert pool.attach(b, [1, 2, 3, 4, 9], limit=4) == 4
+    assert kv.tags[b] == {0, 1, 2, 3}  # loaded, then cut to the shared prefix
+
+
+def test_a_shared_entry_stays_while_its_borrower_runs() -> None:
+    kv = FakeKv()
+    pool = SeqPool(4, kv, stash_bytes=1000, idle_after=4)
+    a = _kept(pool, kv, [1, 2, 3, 4])
+    b = pool.acquire()
+    assert b is not None and pool.attach(b, [1, 2, 3, 7], limit=3) == 3
+    pool.age(100)
+    assert a in pool.entries and len(pool.stash) == 0
+    pool.release(b)
+    pool.age(4)
+    assert a not in pool.entries and len(pool.stash) == 1
+
+
+def test_resident_entry_wins_a_tie_and_stash_keeps_within_capacity() -> None:
+    kv = FakeKv()
+    pool = SeqPool(6, kv, stash_bytes=8, idle_after=1)
+    _kept(pool, kv, [1, 2, 3, 4, 5])
+    pool.age(1)
+    _kept(pool, kv, [7, 8, 9, 10, 11])
+    pool.age(1)  # the second stashed entry pushes the first out: 5 + 5 bytes > 8
+    assert [i.tokens for i in pool.stash.items.values()] == [[7, 8, 9, 10, 11]]
+    b = pool.acquire()
+    assert b is not None and pool.attach(b, [1, 2, 3, 4, 5, 6], limit=5) == 0
+    c = _kept(pool, kv, [7, 8, 9, 10, 11, 12])  # covers the stashed one, which goes
+    assert len(pool.stash) == 0
+    d = pool.acquire()
+    assert d is not None and pool.attach(d, [7, 8, 9, 10, 11, 12, 13], limit=6) == 6
+    assert pool.borrowed[d] == c
+
+
+def test_a_stashed_prefix_that_cannot_fit_is_recomputed() -> None:
+    kv = FakeKv()
+    pool = SeqPool(4, kv, stash_bytes=1000, idle_after=1)
+    _kept(pool, kv, [1, 2, 3, 4, 5, 6])
+    pool.age(1)
+    kv.room = 3
+    b = pool.acquire()
+    assert b is not None and pool.attach(b, [1, 2, 3, 4, 5, 6, 7], limit=6) == 0
+    assert kv.tags.get(b, set()) == set()
