@@ -578,6 +578,20 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def raw_ceiling(model: Path, threads: int, tokens: int) -> dict[str, Any]:
+    """bench.ceiling in its own process (OpenMP settings are read when llama.cpp loads)."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "bench.ceiling", str(model), "--threads", str(threads), "--tokens", str(tokens)]
+    _progress("raw llama.cpp", "decode at 1 and 8 sequences")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return {"error": done.stderr[-2000:]}
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
 def run_all(
     args: argparse.Namespace,
     model: Path,
@@ -608,6 +622,7 @@ def run_all(
     for name in ("llamay", "llamay_omp_passive", "llama_cpp_server"):
         servers.setdefault(name, {})
     base = servers["llama_cpp_server"]
+    ceiling = {} if interrupted else raw_ceiling(model, args.threads, sizes.decode_tokens)
     return {
         "benchmark": "serve",
         "quick": args.quick,
@@ -618,6 +633,7 @@ def run_all(
         "banned_eog_tokens": banned,
         "servers": servers,
         "targets": {name: targets(servers[name], base) for name in ("llamay", "llamay_omp_passive")},
+        "raw_llama_cpp_ceiling": ceiling,
         "omp_wait_policy": omp_comparison(servers["llamay"], servers["llamay_omp_passive"], sizes.agg_levels),
     }
 
