@@ -41,6 +41,7 @@ class Entry:
     pins: int = 0
     extra: dict[str, object] = field(default_factory=dict)
     computed_at: int = 0  # the pool's computed-token count when it was last used
+    hits: int = 0  # cache hits served by this prefix (inherited along its line of entries)
 
 
 class SeqPool:
@@ -53,7 +54,8 @@ class SeqPool:
         use widens the attention of every later step (masked cells are still read), so
         entries beyond the budget leave the KV cache (LRU). `stash_bytes` > 0 keeps the
         state of entries that leave in RAM, and an unpinned entry no running request shares
-        leaves once `idle_after` tokens were computed since its last use."""
+        leaves once `idle_after` tokens were computed since its last use, doubled for each hit
+        it served (at most 64x): prefixes in steady use, like a shared system prompt, stay."""
         self.ops = ops
         self.budget = budget
         self.free: list[int] = list(range(n_seq))[::-1]
@@ -62,6 +64,7 @@ class SeqPool:
         self.stash = Stash(stash_bytes)
         self.idle_after = idle_after
         self.borrowed: dict[int, int] = {}  # running seq -> the entry it shares cells with
+        self.loaded_hits: dict[int, int] = {}  # running seq -> hits of the stashed prefix it loaded
         self.computed = 0
         self._clock = itertools.count(1)
 
@@ -76,6 +79,7 @@ class SeqPool:
     def release(self, seq: int) -> None:
         """Drop the KV of a sequence that is not an entry and free its id."""
         self.borrowed.pop(seq, None)
+        self.loaded_hits.pop(seq, None)
         self.ops.seq_rm(seq)
         self.free.append(seq)
 
@@ -90,8 +94,14 @@ class SeqPool:
         if match is None:
             return 0
         if isinstance(match.holder, str):
-            return self._load(seq, self.stash.get(match.holder), match.length)
+            item = self.stash.get(match.holder)
+            item.hits += 1
+            n = self._load(seq, item, match.length)
+            if n:
+                self.loaded_hits[seq] = item.hits
+            return n
         entry = self.entries[int(match.holder)]  # type: ignore[call-overload]
+        entry.hits += 1
         entry.last_used = next(self._clock)
         entry.computed_at = self.computed
         self.borrowed[seq] = entry.seq
@@ -115,20 +125,27 @@ class SeqPool:
         return length
 
     def keep(self, seq: int, tokens: Sequence[int], pins: int = 0) -> Entry:
-        """Turn `seq` (holding KV for `tokens`) into an entry. Unpinned entries that are a
-        prefix of it are dropped: this one serves every query they could."""
+        """Turn `seq` (holding KV for `tokens`) into an entry. Unpinned entries and stashed
+        prefixes that are a prefix of it are dropped: this one serves every query they could,
+        and inherits their hit count (and that of the prefix `seq` started from)."""
         entry = Entry(seq, list(tokens), next(self._clock), pins)
+        hits = [self.loaded_hits.pop(seq, 0)]
+        source = self.borrowed.pop(seq, None)
+        if source is not None and source in self.entries:
+            hits.append(self.entries[source].hits)
         for other in list(self.entries.values()):
             if (
                 other.pins == 0
                 and len(other.tokens) <= len(tokens)
                 and other.tokens == entry.tokens[: len(other.tokens)]
             ):
+                hits.append(other.hits)
                 self.drop(other.seq)
         for item in list(self.stash.items.values()):
             if len(item.tokens) <= len(tokens) and item.tokens == entry.tokens[: len(item.tokens)]:
+                hits.append(item.hits)
                 self._unstash(item.key)
-        self.borrowed.pop(seq, None)
+        entry.hits = max(hits)
         entry.computed_at = self.computed
         self.entries[seq] = entry
         self.tree.insert(seq, entry.tokens)
@@ -158,13 +175,14 @@ class SeqPool:
             return
         busy = set(self.borrowed.values())
         for e in list(self.entries.values()):
-            if e.pins == 0 and e.seq not in busy and self.computed + n_tokens - e.computed_at >= self.idle_after:
+            idle = self.computed + n_tokens - e.computed_at
+            if e.pins == 0 and e.seq not in busy and idle >= self.idle_after << min(e.hits, 6):
                 self._leave(e)
 
     def _leave(self, entry: Entry) -> None:
         """Take an unpinned entry out of the KV cache, keeping its state in the stash."""
         if self.stash.capacity and entry.tokens:
-            item, evicted = self.stash.add(list(entry.tokens), self.ops.seq_state(entry.seq))
+            item, evicted = self.stash.add(list(entry.tokens), self.ops.seq_state(entry.seq), entry.hits)
             for key in evicted:
                 self.tree.remove(key)
             if item is not None:

@@ -22,6 +22,7 @@ class Stashed:
     key: str
     tokens: list[int]
     state: bytes
+    hits: int = 0  # cache hits it served, carried back when it is loaded and kept again
 
 
 class Stash:
@@ -36,13 +37,13 @@ class Stash:
     def __len__(self) -> int:
         return len(self.items)
 
-    def add(self, tokens: list[int], state: bytes) -> tuple[Stashed | None, list[str]]:
+    def add(self, tokens: list[int], state: bytes, hits: int = 0) -> tuple[Stashed | None, list[str]]:
         """Store `state`; returns the new entry (None when it alone exceeds the capacity)
         and the keys of the entries evicted to make room."""
         if len(state) > self.capacity:
             return None, []
         self._next += 1
-        item = Stashed(f"ram:{self._next}", tokens, state)
+        item = Stashed(f"ram:{self._next}", tokens, state, hits)
         self.items[item.key] = item
         self.bytes += len(state)
         evicted: list[str] = []

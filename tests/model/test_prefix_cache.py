@@ -68,20 +68,20 @@ def test_multi_turn_chat_reuses_the_previous_turn(client: openai.OpenAI) -> None
     assert c2 >= p1 - 2  # the first prompt came from the cache (the reply is recomputed as prompt)
 
 
-def test_an_idle_prefix_moves_to_ram_and_still_hits(
-    server: ServerProc, client: openai.OpenAI, tiny_model_path: Path, tmp_path: Path
-) -> None:
+def test_an_idle_prefix_moves_to_ram_and_still_hits(tiny_model_path: Path, tmp_path: Path) -> None:
     msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "kept in ram"}]
-    _, p1, _ = ask(client, msgs, 5)
-    held = httpx.get(server.base + "/health").json()["models"][0]
-    assert held["cache_cells"] >= p1 - 2
-    for i in range(4):  # other work: the idle prefix leaves the KV cache
-        ask(client, [{"role": "user", "content": f"unrelated question number {i} " * 6}], 5)
-    after = httpx.get(server.base + "/health").json()["models"][0]
-    assert after["cache_cells"] < p1 and after["ram_cache"]["entries"] >= 1
-    warm, p2, c2 = ask(client, msgs, 20)
+    with start_server(tiny_model_path, "-ctx", "4096", home=tmp_path / "warm") as server:
+        client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0, timeout=60)
+        _, p1, _ = ask(client, msgs, 5)
+        held = httpx.get(server.base + "/health").json()["models"][0]
+        assert held["cache_cells"] >= p1 - 2 and held["ram_cache"]["entries"] == 0
+        for i in range(4):  # other work: the idle prefix leaves the KV cache
+            ask(client, [{"role": "user", "content": f"unrelated question number {i} " * 6}], 5)
+        after = httpx.get(server.base + "/health").json()["models"][0]
+        assert after["cache_cells"] < p1 and after["ram_cache"]["entries"] >= 1
+        warm, p2, c2 = ask(client, msgs, 20)
     assert p2 == p1 and c2 == p2 - 2  # loaded back from RAM, exactly as far as it was kept
-    with start_server(tiny_model_path, "-ctx", "4096", home=tmp_path) as cold_server:
+    with start_server(tiny_model_path, "-ctx", "4096", home=tmp_path / "cold") as cold_server:
         cold_client = openai.OpenAI(base_url=cold_server.url, api_key="x", max_retries=0)
         cold, _, c0 = ask(cold_client, msgs, 20)
     assert c0 == 0 and warm == cold

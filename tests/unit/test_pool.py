@@ -157,3 +157,23 @@ def test_a_stashed_prefix_that_cannot_fit_is_recomputed() -> None:
     b = pool.acquire()
     assert b is not None and pool.attach(b, [1, 2, 3, 4, 5, 6, 7], limit=6) == 0
     assert kv.tags.get(b, set()) == set()
+
+
+def test_a_prefix_in_steady_use_stays_resident_longer() -> None:
+    kv = FakeKv()
+    pool = SeqPool(6, kv, stash_bytes=1000, idle_after=4)
+    system = [1, 2, 3, 4]
+    _kept(pool, kv, system)
+    for question in (10, 11, 12):  # three requests share the system prompt, each kept after
+        seq = pool.acquire()
+        assert seq is not None and pool.attach(seq, [*system, question, 99], limit=5) == 4
+        kv.fill(seq, 6)
+        pool.keep(seq, [*system, question])
+    hot = max(pool.entries.values(), key=lambda e: e.hits)
+    assert hot.hits >= 3
+    pool.age(4)  # idle_after for an entry that never served a hit
+    assert hot.seq in pool.entries
+    pool.age(4 << 6)
+    assert hot.seq not in pool.entries
+    back = next(i for i in pool.stash.items.values() if i.tokens == hot.tokens)
+    assert back.hits == hot.hits  # the count travels with it to RAM
