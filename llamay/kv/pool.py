@@ -204,6 +204,8 @@ class SeqPool:
         """Forget an entry and free its id (its cells go once nothing else shares them)."""
         self.entries.pop(seq)
         self.tree.remove(seq)
+        for running in [r for r, src in self.borrowed.items() if src == seq]:
+            del self.borrowed[running]  # the id may soon hold another entry
         self.release(seq)
 
     def evict_one(self) -> bool:

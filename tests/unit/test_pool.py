@@ -177,3 +177,16 @@ def test_a_prefix_in_steady_use_stays_resident_longer() -> None:
     assert hot.seq not in pool.entries
     back = next(i for i in pool.stash.items.values() if i.tokens == hot.tokens)
     assert back.hits == hot.hits  # the count travels with it to RAM
+
+
+def test_a_dropped_source_is_forgotten_by_its_borrowers() -> None:
+    kv = FakeKv()
+    pool = SeqPool(3, kv, stash_bytes=1000, idle_after=1)
+    a = _kept(pool, kv, [1, 2, 3])
+    b = pool.acquire()
+    assert b is not None and pool.attach(b, [1, 2, 3, 4], limit=3) == 3
+    assert pool.evict_one() and b not in pool.borrowed
+    c = _kept(pool, kv, [7, 8, 9])  # reuses the freed id
+    assert c == a
+    pool.age(1)
+    assert c not in pool.entries  # not held back as if b still shared it
