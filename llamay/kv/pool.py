@@ -134,17 +134,10 @@ class SeqPool:
         if source is not None and source in self.entries:
             hits.append(self.entries[source].hits)
         for other in list(self.entries.values()):
-            if (
-                other.pins == 0
-                and len(other.tokens) <= len(tokens)
-                and other.tokens == entry.tokens[: len(other.tokens)]
-            ):
+            if other.pins == 0 and _is_prefix(other.tokens, entry.tokens):
                 hits.append(other.hits)
                 self.drop(other.seq)
-        for item in list(self.stash.items.values()):
-            if len(item.tokens) <= len(tokens) and item.tokens == entry.tokens[: len(item.tokens)]:
-                hits.append(item.hits)
-                self._unstash(item.key)
+        hits += self._unstash_prefixes(entry.tokens)
         entry.hits = max(hits)
         entry.computed_at = self.computed
         self.entries[seq] = entry
@@ -186,16 +179,21 @@ class SeqPool:
             for key in evicted:
                 self.tree.remove(key)
             if item is not None:
-                for other in list(self.stash.items.values()):
-                    n = len(other.tokens)
-                    if other is not item and n <= len(item.tokens) and other.tokens == item.tokens[:n]:
-                        self._unstash(other.key)
+                self._unstash_prefixes(item.tokens, spare=item)
                 self.tree.insert(item.key, item.tokens)
         self.drop(entry.seq)
 
     def _unstash(self, key: str) -> None:
         self.stash.remove(key)
         self.tree.remove(key)
+
+    def _unstash_prefixes(self, tokens: list[int], spare: Stashed | None = None) -> list[int]:
+        """Drop stashed prefixes of `tokens` (all but `spare`): whatever holds `tokens`
+        serves every query they could. Returns their hit counts."""
+        gone = [i for i in self.stash.items.values() if i is not spare and _is_prefix(i.tokens, tokens)]
+        for item in gone:
+            self._unstash(item.key)
+        return [item.hits for item in gone]
 
     def touch(self, seq: int) -> None:
         self.entries[seq].last_used = next(self._clock)
@@ -223,3 +221,7 @@ class SeqPool:
 
     def cached_positions(self) -> int:
         return sum(len(e.tokens) for e in self.entries.values())
+
+
+def _is_prefix(short: list[int], long: list[int]) -> bool:
+    return len(short) <= len(long) and short == long[: len(short)]
