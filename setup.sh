@@ -14,7 +14,9 @@ cd "$(dirname "$0")"
 LLAMA_CPP_VERSION=0.3.36
 AMX_OFF='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'
 CMAKE_FLAGS="-DCMAKE_C_FLAGS='${AMX_OFF}' -DCMAKE_CXX_FLAGS='${AMX_OFF}'"
-BUILD_KEY="${LLAMA_CPP_VERSION}-$(printf '%s' "$CMAKE_FLAGS" | sha256sum | cut -c1-12)"
+# native/ holds a patch to the vendored llama.cpp (what it changes and why: its header).
+PATCH="native/llama-cpp-python-${LLAMA_CPP_VERSION}.patch"
+BUILD_KEY="${LLAMA_CPP_VERSION}-$( (printf '%s' "$CMAKE_FLAGS"; cat "$PATCH") | sha256sum | cut -c1-12)"
 WHEELS="${LLAMAY_WHEEL_CACHE:-$HOME/.cache/llamay/wheels}/llama-cpp-python-${BUILD_KEY}"
 PY="${PYTHON:-python3}"
 
@@ -31,10 +33,16 @@ VPY=.venv/bin/python
 
 if [ "$(cat .venv/.llama-cpp-build 2>/dev/null)" != "$BUILD_KEY" ] || ! "$VPY" -c 'import llama_cpp' 2>/dev/null; then
   if ! ls "$WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
-    say "building llama-cpp-python ${LLAMA_CPP_VERSION} with AMX off (takes ~6 minutes on 2 cores)"
-    mkdir -p "$WHEELS.tmp"
+    say "building llama-cpp-python ${LLAMA_CPP_VERSION} with AMX off and $PATCH (takes ~6 minutes on 2 cores)"
+    command -v patch >/dev/null || { say "needs the 'patch' tool (Debian: apt-get install patch)"; exit 1; }
+    rm -rf "$WHEELS.tmp" && mkdir -p "$WHEELS.tmp/src"
+    "$VPY" -m pip download -q --no-deps --no-binary :all: --no-cache-dir \
+      "llama-cpp-python==${LLAMA_CPP_VERSION}" -d "$WHEELS.tmp/src"
+    tar xzf "$WHEELS.tmp/src/llama_cpp_python-${LLAMA_CPP_VERSION}.tar.gz" -C "$WHEELS.tmp/src"
+    patch -p1 -s -d "$WHEELS.tmp/src/llama_cpp_python-${LLAMA_CPP_VERSION}" < "$PATCH"
     CMAKE_ARGS="$CMAKE_FLAGS" "$VPY" -m pip wheel -q --no-deps --no-cache-dir \
-      "llama-cpp-python==${LLAMA_CPP_VERSION}" -w "$WHEELS.tmp"
+      "$WHEELS.tmp/src/llama_cpp_python-${LLAMA_CPP_VERSION}" -w "$WHEELS.tmp"
+    rm -rf "$WHEELS.tmp/src"
     mv "$WHEELS.tmp" "$WHEELS"
   fi
   say "installing llama-cpp-python from $WHEELS"
