@@ -236,7 +236,10 @@ def test_cache_usage_on_a_repeated_system_prompt(server: ServerProc) -> None:
     # Reads come in whole KV pages: the tail of the breakpoint's last page is recomputed.
     assert (second.cache_read_input_tokens or 0) > 150 and second.cache_creation_input_tokens < KV_PAGE
     counted = c.messages.count_tokens(model="", system=system, messages=question).input_tokens
-    assert counted == second.input_tokens + (second.cache_read_input_tokens or 0)
+    assert (
+        counted
+        == second.input_tokens + (second.cache_read_input_tokens or 0) + second.cache_creation_input_tokens
+    )
     # No breakpoint: reads are still reported, creation never.
     plain = c.messages.create(
         model="", max_tokens=3, system=system[0]["text"], messages=question, **GREEDY
