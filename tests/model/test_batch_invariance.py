@@ -1,0 +1,70 @@
+"""A sequence's logits do not depend on what else shares the batch and the KV cache.
+
+This is what the llama.cpp patch in native/ provides (aligned KV pages, one attention kernel
+for one query and for many); the comparison is bitwise, so the unpatched build fails it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llamay.backend.context import Context, ContextConfig
+from llamay.backend.model import Model
+
+PROMPT = [5 + (7 * i) % 50 for i in range(21)]
+OTHERS = {1: [9 + (5 * i) % 40 for i in range(7)], 2: [11 + (3 * i) % 30 for i in range(30)]}
+STEPS = 40
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_path: Path) -> Iterator[Model]:
+    m = Model(tiny_model_path)
+    yield m
+    m.close()
+
+
+def run(model: Model, *, pad: int, others: dict[int, list[int]]) -> list[np.ndarray]:
+    """Sequence 0's logits for its prompt and STEPS greedy steps, after `pad` cells of
+    another sequence, with `others` decoding greedily in the same batches."""
+    config = ContextConfig(n_ctx=1024, n_batch=256, n_seq_max=8, n_threads=2, n_threads_batch=2)
+    with Context(model, config) as ctx:
+        b = ctx.batch
+        if pad:
+            b.clear()
+            for p in range(pad):
+                b.add(3, p, 7, False)
+            assert ctx.decode() == 0
+        prompts = {**others, 0: PROMPT}
+        last: dict[int, int] = {}
+        trace: list[np.ndarray] = []
+        for seq, tokens in prompts.items():
+            b.clear()
+            for p, t in enumerate(tokens):
+                b.add(t, p, seq, p == len(tokens) - 1)
+            assert ctx.decode() == 0
+            last[seq] = int(np.argmax(ctx.logits(b.n - 1)))
+            if seq == 0:
+                trace.append(ctx.logits(b.n - 1).copy())
+        pos = {seq: len(tokens) for seq, tokens in prompts.items()}
+        for _ in range(STEPS):
+            b.clear()
+            rows = {seq: b.add(last[seq], pos[seq], seq, True) for seq in prompts}
+            assert ctx.decode() == 0
+            for seq, row in rows.items():
+                pos[seq] += 1
+                last[seq] = int(np.argmax(ctx.logits(row)))
+            trace.append(ctx.logits(rows[0]).copy())
+    return trace
+
+
+def test_logits_are_bitwise_the_same_alone_and_batched(model: Model) -> None:
+    alone = run(model, pad=0, others={})
+    crowded = run(model, pad=5, others=OTHERS)
+    moved = run(model, pad=37, others={})
+    for name, trace in (("batched with two others after 5 cells", crowded), ("after 37 cells", moved)):
+        differing = [i for i, (a, b) in enumerate(zip(alone, trace, strict=True)) if not np.array_equal(a, b)]
+        assert differing == [], f"{name}: logits differ at steps {differing[:5]}"
