@@ -14,12 +14,7 @@ import numpy as np
 from .model import Model
 from .native import llama_cpp
 
-__all__ = ["Context", "ContextConfig", "Batch", "DecodeStatus", "KV_PAGE"]
-
-# The llama.cpp built by setup.sh (native/) keeps each sequence's KV in pages of this many
-# cells, so attention sums in the same order wherever the sequence sits in the cache. A
-# sequence that shares another's cells should share whole pages only.
-KV_PAGE = 16
+__all__ = ["Context", "ContextConfig", "Batch", "DecodeStatus"]
 
 
 @dataclass(frozen=True)

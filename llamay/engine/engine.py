@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..backend.context import KV_PAGE, Context, DecodeStatus
+from ..backend.context import Context, DecodeStatus
 from ..backend.model import Model
 from ..errors import ContextOverflow, EngineError, InvalidRequest, Overloaded
 from ..kv.contexts import Contexts
@@ -72,9 +72,7 @@ class Engine:
         self._waiting: deque[tuple[Handle, Sink]] = deque()
         self._running: list[Sequence] = []
         # Ids beyond the running cap hold finished sequences as a prefix cache.
-        self.pool = SeqPool(
-            ctx.n_seq_max, ctx, budget=ctx.n_ctx // 4, stash_bytes=self.config.cache_ram, page=KV_PAGE
-        )
+        self.pool = SeqPool(ctx.n_seq_max, ctx, budget=ctx.n_ctx // 4, stash_bytes=self.config.cache_ram)
         folder = self.config.contexts_dir
         if folder is None:
             import tempfile
@@ -259,7 +257,6 @@ class Engine:
         rec = self.contexts.get(session.context_id)
         holder = self.contexts.resident(rec, self.acquire_seq)
         n = min(rec.n_kv, limit)
-        n -= n % KV_PAGE  # whole pages only, as in SeqPool.attach
         self.ctx.seq_cp(holder, s.seq_id, 0, n)
         return n
 

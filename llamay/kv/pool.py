@@ -48,23 +48,15 @@ class SeqPool:
     """Hands out sequence ids; keeps finished sequences as a prefix cache (LRU)."""
 
     def __init__(
-        self,
-        n_seq: int,
-        ops: KvOps,
-        budget: int | None = None,
-        stash_bytes: int = 0,
-        idle_after: int = 64,
-        page: int = 1,
+        self, n_seq: int, ops: KvOps, budget: int | None = None, stash_bytes: int = 0, idle_after: int = 64
     ) -> None:
         """`budget`: how many positions unpinned entries may hold in all. Every KV cell in
         use widens the attention of every later step (masked cells are still read), so
         entries beyond the budget leave the KV cache (LRU). `stash_bytes` > 0 keeps the
         state of entries that leave in RAM, and an unpinned entry no running request shares
         leaves once `idle_after` tokens were computed since its last use, doubled for each hit
-        it served (at most 64x): prefixes in steady use, like a shared system prompt, stay.
-        `page`: shared prefixes are cut to a multiple of it (see `attach`)."""
+        it served (at most 64x): prefixes in steady use, like a shared system prompt, stay."""
         self.ops = ops
-        self.page = page
         self.budget = budget
         self.free: list[int] = list(range(n_seq))[::-1]
         self.entries: dict[int, Entry] = {}
@@ -94,21 +86,17 @@ class SeqPool:
     # -- prefix cache ------------------------------------------------------------------
     def attach(self, seq: int, tokens: Sequence[int], limit: int) -> int:
         """Share into `seq` the cells of the longest cached prefix of `tokens`, at most
-        `limit` tokens and cut to a whole number of pages (loading it from the stash if it is
-        there); returns how many positions `seq` now holds. The KV cache keeps each sequence
-        in pages of `page` cells; a prefix that ends mid-page would make the rest of the
-        sequence start a new page there, and its attention would sum in another order than
-        a cold computation's (see native/)."""
+        `limit` tokens (loading it from the stash if it is there); returns how many
+        positions `seq` now holds."""
         if limit <= 0 or not (self.entries or self.stash):
             return 0
         match = self.tree.longest(tokens[:limit], prefer=self._ranks())
-        if match is None or match.length < self.page:
+        if match is None:
             return 0
-        length = match.length - match.length % self.page
         if isinstance(match.holder, str):
             item = self.stash.get(match.holder)
             item.hits += 1
-            n = self._load(seq, item, length)
+            n = self._load(seq, item, match.length)
             if n:
                 self.loaded_hits[seq] = item.hits
             return n
@@ -117,8 +105,8 @@ class SeqPool:
         entry.last_used = next(self._clock)
         entry.computed_at = self.computed
         self.borrowed[seq] = entry.seq
-        self.ops.seq_cp(entry.seq, seq, 0, length)
-        return length
+        self.ops.seq_cp(entry.seq, seq, 0, match.length)
+        return match.length
 
     def _ranks(self) -> dict[Hashable, float]:
         # On equal length a resident entry wins: sharing its cells is free, loading is not.

@@ -10,7 +10,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llamay.backend.context import KV_PAGE
 from llamay.testing import write_tiny_llama
 from tests.serverproc import ServerProc, start_server
 
@@ -47,10 +46,7 @@ def test_create_fork_and_continue_equals_plain_greedy(server: ServerProc) -> Non
     plain = chat(server, INSTR + [ASK])
     on_fork = chat(server, INSTR + [ASK], session=forks[0]["id"])
     assert on_fork["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
-    # The context's KV is shared in whole pages; the rest of its last page is recomputed.
-    assert (
-        on_fork["usage"]["prompt_tokens_details"]["cached_tokens"] == ctx["tokens"] - ctx["tokens"] % KV_PAGE
-    )
+    assert on_fork["usage"]["prompt_tokens_details"]["cached_tokens"] >= ctx["tokens"] - 1
     # The session continues: the fork now holds prompt + reply; the parent is unchanged.
     assert httpx.get(server.base + f"/v1/contexts/{forks[0]['id']}").json()["tokens"] > ctx["tokens"]
     assert httpx.get(server.base + f"/v1/contexts/{ctx['id']}").json()["tokens"] == ctx["tokens"]

@@ -10,7 +10,6 @@ import httpx
 import openai
 import pytest
 
-from llamay.backend.context import KV_PAGE
 from tests.serverproc import ServerProc, start_server
 
 SYSTEM = "You are a careful assistant. " * 30
@@ -25,10 +24,6 @@ def server(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 @pytest.fixture()
 def client(server: ServerProc) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.url, api_key="x", max_retries=0, timeout=60)
-
-
-def whole_pages(n: int) -> int:
-    return n - n % KV_PAGE
 
 
 def ask(client: openai.OpenAI, messages: list[dict], n: int = 20) -> tuple[str, int, int]:
@@ -62,9 +57,7 @@ def test_cached_tokens_count_is_exact_for_a_repeat(client: openai.OpenAI) -> Non
     msgs = [{"role": "user", "content": "repeat me exactly please " * 5}]
     _, p1, _ = ask(client, msgs, 5)
     _, p2, c2 = ask(client, msgs, 5)
-    # The last two prompt tokens are recomputed (see engine/scheduler.py), and KV is shared in
-    # whole pages (see kv/pool.py).
-    assert p1 == p2 and c2 == whole_pages(p2 - 2)
+    assert p1 == p2 and c2 == p2 - 2  # the last two prompt tokens are recomputed (see engine/scheduler.py)
 
 
 def test_multi_turn_chat_reuses_the_previous_turn(client: openai.OpenAI) -> None:
@@ -72,9 +65,7 @@ def test_multi_turn_chat_reuses_the_previous_turn(client: openai.OpenAI) -> None
     reply, p1, _ = ask(client, turn1, 30)
     turn2 = turn1 + [{"role": "assistant", "content": reply}, {"role": "user", "content": "And then?"}]
     _, p2, c2 = ask(client, turn2, 10)
-    assert c2 >= whole_pages(
-        p1 - 2
-    )  # the first prompt came from the cache (the reply is recomputed as prompt)
+    assert c2 >= p1 - 2  # the first prompt came from the cache (the reply is recomputed as prompt)
 
 
 def test_an_idle_prefix_moves_to_ram_and_still_hits(tiny_model_path: Path, tmp_path: Path) -> None:
@@ -89,7 +80,7 @@ def test_an_idle_prefix_moves_to_ram_and_still_hits(tiny_model_path: Path, tmp_p
         after = httpx.get(server.base + "/health").json()["models"][0]
         assert after["cache_cells"] < p1 and after["ram_cache"]["entries"] >= 1
         warm, p2, c2 = ask(client, msgs, 20)
-    assert p2 == p1 and c2 == whole_pages(p2 - 2)  # loaded back from RAM, exactly as far as it was kept
+    assert p2 == p1 and c2 == p2 - 2  # loaded back from RAM, exactly as far as it was kept
     with start_server(tiny_model_path, "-ctx", "4096", home=tmp_path / "cold") as cold_server:
         cold_client = openai.OpenAI(base_url=cold_server.url, api_key="x", max_retries=0)
         cold, _, c0 = ask(cold_client, msgs, 20)

@@ -46,20 +46,6 @@ def test_reuse_longest_prefix_and_limit() -> None:
     assert pool.attach(c, [1, 2, 3, 4, 5], limit=4) == 4  # the last prompt token is always recomputed
 
 
-def test_shared_prefixes_are_cut_to_whole_pages() -> None:
-    kv = FakeKv()
-    pool = SeqPool(4, kv, page=4)
-    a = pool.acquire()
-    kv.fill(a, 10)
-    pool.keep(a, list(range(10)))
-    b = pool.acquire()
-    assert pool.attach(b, list(range(10)) + [99], limit=9) == 8
-    assert kv.tags[b] == set(range(8))
-    c = pool.acquire()
-    assert pool.attach(c, [0, 1, 2, 7], limit=3) == 0  # less than a page in common: nothing shared
-    assert c not in kv.tags
-
-
 def test_eviction_is_lru_and_spares_pinned() -> None:
     kv = FakeKv()
     pool = SeqPool(3, kv)
