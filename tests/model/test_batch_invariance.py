@@ -28,6 +28,17 @@ def model(tiny_model_path: Path) -> Iterator[Model]:
     m.close()
 
 
+def fill(ctx: Context, seq: int, tokens: list[int], start: int = 0) -> int:
+    """Compute positions [start, len(tokens)) of `seq` in one batch; returns the batch row of
+    the last one (the only one with logits)."""
+    b = ctx.batch
+    b.clear()
+    for p in range(start, len(tokens)):
+        b.add(tokens[p], p, seq, p == len(tokens) - 1)
+    assert ctx.decode() == 0
+    return b.n - 1
+
+
 def run(model: Model, *, pad: int, others: dict[int, list[int]], share: int = 0) -> list[np.ndarray]:
     """Sequence 0's logits for its prompt and STEPS greedy steps, after `pad` cells of
     another sequence, with `others` decoding greedily in the same batches. `share` > 0: the
@@ -35,31 +46,21 @@ def run(model: Model, *, pad: int, others: dict[int, list[int]], share: int = 0)
     whose own tokens go on past them, so sequence 0 continues in cells of its own."""
     config = ContextConfig(n_ctx=1024, n_batch=256, n_seq_max=8, n_threads=2, n_threads_batch=2)
     with Context(model, config) as ctx:
-        b = ctx.batch
         if pad:
-            b.clear()
-            for p in range(pad):
-                b.add(3, p, 7, False)
-            assert ctx.decode() == 0
+            fill(ctx, 7, [3] * pad)
         if share:
-            b.clear()
-            for p, t in enumerate(PROMPT[:share] + [17, 19, 23, 29]):
-                b.add(t, p, 6, False)
-            assert ctx.decode() == 0
+            fill(ctx, 6, PROMPT[:share] + [17, 19, 23, 29])
             ctx.seq_cp(6, 0, 0, share)
         prompts = {**others, 0: PROMPT}
         last: dict[int, int] = {}
         trace: list[np.ndarray] = []
         for seq, tokens in prompts.items():
-            start = share if seq == 0 else 0
-            b.clear()
-            for p in range(start, len(tokens)):
-                b.add(tokens[p], p, seq, p == len(tokens) - 1)
-            assert ctx.decode() == 0
-            last[seq] = int(np.argmax(ctx.logits(b.n - 1)))
+            row = fill(ctx, seq, tokens, share if seq == 0 else 0)
+            last[seq] = int(np.argmax(ctx.logits(row)))
             if seq == 0:
-                trace.append(ctx.logits(b.n - 1).copy())
+                trace.append(ctx.logits(row).copy())
         pos = {seq: len(tokens) for seq, tokens in prompts.items()}
+        b = ctx.batch
         for _ in range(STEPS):
             b.clear()
             rows = {seq: b.add(last[seq], pos[seq], seq, True) for seq in prompts}
@@ -71,7 +72,7 @@ def run(model: Model, *, pad: int, others: dict[int, list[int]], share: int = 0)
     return trace
 
 
-def test_logits_are_bitwise_the_same_alone_and_batched(model: Model) -> None:
+def assert_batch_invariant(model: Model) -> None:
     alone = run(model, pad=0, others={})
     crowded = run(model, pad=5, others=OTHERS)
     moved = run(model, pad=37, others={})
@@ -86,6 +87,10 @@ def test_logits_are_bitwise_the_same_alone_and_batched(model: Model) -> None:
         assert differing == [], f"{name}: logits differ at steps {differing[:5]}"
 
 
+def test_logits_are_bitwise_the_same_alone_and_batched(model: Model) -> None:
+    assert_batch_invariant(model)
+
+
 @pytest.mark.slow
 def test_the_same_on_the_default_model() -> None:
     """The tiny model's random weights give attention scores whose sums rarely round; the
@@ -94,6 +99,6 @@ def test_the_same_on_the_default_model() -> None:
 
     m = Model(ModelStore().resolve(None).path)
     try:
-        test_logits_are_bitwise_the_same_alone_and_batched(m)
+        assert_batch_invariant(m)
     finally:
         m.close()
