@@ -8,6 +8,7 @@ turns it into a per-request `Constraint` with the model's tokenizer.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import re
@@ -17,9 +18,11 @@ from typing import Any, Literal
 import llguidance
 
 from ..errors import GrammarError
-from . import gbnf, schema
+from . import bound, gbnf
+from . import schema as jschema
 from .constraint import compile_cached, spec_hash
 from .runtime import MAX_SOURCE_BYTES, byte_tokenizer, validate_spec
+from .shape import Layout, Shape
 
 __all__ = ["Grammar", "GrammarKind"]
 
@@ -32,60 +35,90 @@ class Grammar:
     """A compiled-and-checked constraint. `lark` is the llguidance Lark source it compiled
     to, `spec` the grammar string handed to llguidance. `uses_tokens` marks grammars that
     reference model tokens (`<[id]>`, `<name>`); they only mean something against a model
-    vocabulary, so byte matching refuses them. `ignored` lists what a non-strict JSON
-    schema dropped ("keyword at /path"); it is empty otherwise. `param` is the request
-    field reported in errors."""
+    vocabulary, so byte matching refuses them. `param` is the request field reported in
+    errors.
+
+    For JSON schemas: `schema` is the caller's original schema (for `validate`),
+    `unenforced` lists the assertions a non-strict schema dropped ("keyword at /path";
+    empty means every generated text is valid and, `narrowed` aside, every valid value can
+    be generated), `narrowed` lists where generation covers fewer valid values than the
+    schema allows, and `max_bytes` bounds the length of any generated text (None if
+    unbounded)."""
 
     kind: GrammarKind
     lark: str
     spec: str
     uses_tokens: bool = False
-    ignored: tuple[str, ...] = ()
+    unenforced: tuple[str, ...] = ()
     param: str | None = None
+    schema: dict[str, Any] | bool | None = None
+    max_bytes: int | None = None
+    narrowed: tuple[str, ...] = ()
+
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        """Older name of `unenforced`."""
+        return self.unenforced
 
     # -- constructors ------------------------------------------------------------------
 
     @classmethod
     def from_json_schema(
-        cls, schema_: dict[str, Any] | bool, *, strict: bool = True, param: str = schema.PARAM
+        cls,
+        schema_: dict[str, Any] | bool,
+        *,
+        strict: bool = True,
+        param: str = jschema.PARAM,
+        layout: Layout = "free",
+        shape: Shape = "free",
     ) -> Grammar:
-        """JSON texts valid under `schema_` (draft 2020-12 semantics).
+        """JSON texts valid under `schema_` (drafts 4, 6, 7, 2019-09, 2020-12 by `$schema`;
+        2020-12 if undeclared), written in `layout` ("compact", "indented", "free") with
+        objects closed where safe when `shape="tight"` (see llamay.grammar.shape).
 
-        Every keyword is enforced while sampling or refused with a SchemaError (a
-        GrammarError naming the keyword and its JSON pointer); see llamay.grammar.schema
-        for what is supported. With `strict=False`, keywords that can only narrow the
-        valid set (uniqueItems, not, if/then/else, contains, unknown keywords/formats,
-        oneOf treated as anyOf, ...) are dropped instead, and listed in `ignored` so the
-        caller can tell the user: output then satisfies a looser schema.
+        Annotations, unknown keywords and unknown formats never cause a refusal. An
+        assertion that cannot be enforced raises SchemaError (a GrammarError naming the
+        keyword and its JSON pointer) when `strict`; otherwise it is dropped so the
+        constraint only gets looser, and listed in `unenforced`. Malformed or
+        unsatisfiable schemas are refused either way.
         """
+        original = copy.deepcopy(schema_)
         _check_size(json.dumps(schema_, ensure_ascii=False), param)
         try:
-            prepared = schema.prepare_schema(schema_, strict=strict)
-        except schema.SchemaError as e:
+            prepared = jschema.prepare_schema(schema_, strict=strict, shape=shape)
+            _settle_one_of(prepared, strict)
+            return cls._from_prepared(prepared, original, param, layout)
+        except jschema.SchemaError as e:
+            if strict or not isinstance(e, _CompileFailure):
+                e.param = param
+                raise
+        # llguidance could not intersect a rewritten conditional or dependency with its
+        # neighbours: drop those rewrites (listed) and try once more.
+        prepared = jschema.prepare_schema(schema_, strict=False, shape=shape, expand=False)
+        _settle_one_of(prepared, strict)
+        try:
+            return cls._from_prepared(prepared, original, param, layout)
+        except jschema.SchemaError as e:
             e.param = param
             raise
-        ignored = list(prepared.ignored)
-        lark = schema.schema_lark(prepared.schema)
-        try:
-            return cls._checked("json_schema", lark, param, ignored=ignored)
-        except GrammarError as e:
-            if strict or "oneOf" not in e.message:
-                err = schema.compile_error(e.message.removeprefix("invalid JSON schema: "))
-                err.param = param
-                raise err from None
-        # Non-strict: llguidance only keeps oneOf when branches provably exclude each
-        # other; anyOf accepts a superset, so use it and say so.
-        ignored.append("oneOf (treated as anyOf)")
-        lark = schema.schema_lark(prepared.schema, coerce_one_of=True)
-        try:
-            return cls._checked("json_schema", lark, param, ignored=ignored)
-        except GrammarError as e:
-            err = schema.compile_error(e.message.removeprefix("invalid JSON schema: "))
-            err.param = param
-            raise err from None
 
     @classmethod
-    def json_object(cls, *, param: str = schema.PARAM) -> Grammar:
+    def _from_prepared(
+        cls, prepared: jschema.PreparedSchema, original: Any, param: str, layout: Layout
+    ) -> Grammar:
+        lark = jschema.schema_lark(prepared.schema, layout=layout)
+        try:
+            spec = _compile_lark(lark, "json_schema", param)
+        except GrammarError as e:
+            err = _CompileFailure.wrap(e.message.removeprefix("invalid JSON schema: "))
+            raise err from None
+        return cls(
+            "json_schema", lark, spec, False, tuple(prepared.unenforced), param,
+            original, bound.max_bytes(prepared.schema, layout), tuple(prepared.narrowed),
+        )  # fmt: skip
+
+    @classmethod
+    def json_object(cls, *, param: str = jschema.PARAM) -> Grammar:
         """Any JSON object (OpenAI's `{"type": "json_object"}`)."""
         return cls.from_json_schema({"type": "object"}, param=param)
 
@@ -111,13 +144,8 @@ class Grammar:
         return cls._checked("lark", src, param, uses_tokens=bool(_TOKEN_REF.search(src)))
 
     @classmethod
-    def _checked(
-        cls, kind: GrammarKind, lark: str, param: str, *, uses_tokens: bool = False, ignored: Any = ()
-    ) -> Grammar:
-        spec = llguidance.LLMatcher.grammar_from_lark(lark)
-        what = {"json_schema": "JSON schema", "gbnf": "GBNF grammar", "regex": "regex"}.get(kind, "grammar")
-        validate_spec(spec, what=what, param=param)
-        return cls(kind, lark, spec, uses_tokens, tuple(ignored), param)
+    def _checked(cls, kind: GrammarKind, lark: str, param: str, *, uses_tokens: bool = False) -> Grammar:
+        return cls(kind, lark, _compile_lark(lark, kind, param), uses_tokens, (), param)
 
     # -- model-free matching -----------------------------------------------------------
 
@@ -145,6 +173,40 @@ class Grammar:
         matcher = compile_cached(self, byte_tokenizer()).matcher()
         # The byte tokenizer's token id for byte b is b.
         return matcher if matcher.try_consume_tokens(list(data)) == len(data) else None
+
+
+def _compile_lark(lark: str, kind: GrammarKind, param: str) -> str:
+    spec = llguidance.LLMatcher.grammar_from_lark(lark)
+    what = {"json_schema": "JSON schema", "gbnf": "GBNF grammar", "regex": "regex"}.get(kind, "grammar")
+    validate_spec(spec, what=what, param=param)
+    return str(spec)
+
+
+class _CompileFailure(jschema.SchemaError):
+    """llguidance refused a compiled schema (no location of ours is known)."""
+
+    @classmethod
+    def wrap(cls, message: str) -> _CompileFailure:
+        err = jschema.compile_error(message)
+        return cls(err.message, keyword=err.keyword, path=err.path)
+
+
+def _settle_one_of(prepared: jschema.PreparedSchema, strict: bool) -> None:
+    """Each oneOf the compiler could not prove exclusive: keep it if llguidance proves it
+    (compiling it alone, with the definitions it may reference), else refuse it (strict)
+    or turn it into anyOf (a superset) and list it."""
+    defs = prepared.schema.get("$defs", {})
+    for holder, path in prepared.pending_one_of:
+        probe = {"oneOf": holder["oneOf"], **({"$defs": defs} if defs else {})}
+        try:
+            _compile_lark(jschema.schema_lark(probe), "json_schema", jschema.PARAM)
+            continue
+        except GrammarError:
+            pass
+        if strict:
+            raise jschema._fail("oneOf", path.rsplit("/", 1)[0], "its branches are not provably exclusive")
+        holder["anyOf"] = holder.pop("oneOf")
+        prepared.unenforced.append(f"oneOf at {path.rsplit('/', 1)[0] or '/'}")
 
 
 def _check_size(src: str, param: str) -> None:

@@ -1,5 +1,6 @@
-"""The JSON schema vocabulary: what is enforced while sampling, what is a mere
-annotation, what is refused and why, and the llguidance options that keep it sound.
+"""The JSON schema vocabulary: what llguidance enforces directly, what needs a rewrite
+(see .schema), and the llguidance options that keep it sound. Any keyword not named
+here is an annotation (JSON Schema's rule for unknown keywords) and constrains nothing.
 
 The options (`JSON_OPTIONS`) are chosen so that every text the grammar allows is valid:
 
@@ -14,8 +15,9 @@ The options (`JSON_OPTIONS`) are chosen so that every text the grammar allows is
 - `oneOf` is kept only where llguidance proves the branches exclusive; `lenient` is off,
   so llguidance's own unimplemented keywords are errors too.
 
-`format` is enforced as an assertion (the 2020-12 format-assertion vocabulary), tightened
-by FORMAT_FIXES where llguidance's checks are looser than the RFCs.
+A `format` in FORMATS is enforced as an assertion (the 2020-12 format-assertion
+vocabulary), tightened by FORMAT_FIXES where llguidance's checks are looser than the
+RFCs; any other format is an annotation.
 """
 
 from __future__ import annotations
@@ -24,12 +26,10 @@ from typing import Any
 
 __all__ = [
     "JSON_OPTIONS",
-    "ANNOTATIONS",
     "ENFORCED",
     "UNSUPPORTED",
     "FORMATS",
     "FORMAT_FIXES",
-    "DIALECTS",
     "COUNTS",
     "SINGLE",
     "MAP",
@@ -47,16 +47,6 @@ JSON_OPTIONS: dict[str, Any] = {
     "lenient": False,
 }
 
-# Keywords that never change which instances are valid.
-ANNOTATIONS = frozenset(
-    {
-        "title", "description", "default", "examples", "$comment", "deprecated",
-        "readOnly", "writeOnly", "$schema", "$id", "$anchor", "$vocabulary",
-        "contentMediaType", "contentEncoding", "contentSchema",
-        "discriminator",  # OpenAPI/pydantic hint next to oneOf; oneOf itself is enforced
-    }
-)  # fmt: skip
-
 # Keywords llguidance enforces; value is the shape of their subschemas (if any).
 SINGLE, MAP, LIST = "single", "map", "list"
 ENFORCED: dict[str, str | None] = {
@@ -70,36 +60,20 @@ ENFORCED: dict[str, str | None] = {
     "allOf": LIST, "anyOf": LIST, "oneOf": LIST,
 }  # fmt: skip
 
-# Keywords that constrain instances but cannot be enforced by a grammar here.
+# Assertions without a direct llguidance counterpart (rewritten or unenforceable; the
+# text names them in llguidance errors).
 UNSUPPORTED: dict[str, str] = {
-    "not": "negation cannot be enforced while sampling",
-    "if": "conditionals cannot be enforced while sampling",
-    "then": "conditionals cannot be enforced while sampling",
-    "else": "conditionals cannot be enforced while sampling",
-    "dependentRequired": "property dependencies cannot be enforced while sampling",
-    "dependentSchemas": "property dependencies cannot be enforced while sampling",
-    "dependencies": "property dependencies cannot be enforced while sampling",
-    "propertyNames": "key schemas are not supported",
-    "contains": "'contains' cannot be enforced while sampling",
-    "minContains": "'contains' cannot be enforced while sampling",
-    "maxContains": "'contains' cannot be enforced while sampling",
-    "uniqueItems": "a grammar cannot keep array items distinct",
-    "unevaluatedItems": "annotation-dependent keywords are not supported",
-    "unevaluatedProperties": "annotation-dependent keywords are not supported",
-    "$dynamicRef": "dynamic references are not supported",
-    "$dynamicAnchor": "dynamic references are not supported",
-    "$recursiveRef": "dynamic references are not supported",
-    "$recursiveAnchor": "dynamic references are not supported",
-    "additionalItems": "draft-07 tuple keywords are not supported; use prefixItems/items",
-}
+    k: "cannot be enforced while sampling"
+    for k in (
+        "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "propertyNames",
+        "contains", "minContains", "maxContains", "uniqueItems", "unevaluatedItems",
+        "unevaluatedProperties", "$dynamicRef", "$recursiveRef",
+    )
+}  # fmt: skip
 
 FORMATS = frozenset(
     {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid", "uri"}
 )
-DIALECTS = frozenset(
-    {"json-schema.org/draft/2020-12/schema", "json-schema.org/draft/2019-09/schema",
-     "json-schema.org/draft-07/schema", "json-schema.org/draft-06/schema"}
-)  # fmt: skip
 # llguidance's format checks are looser than RFC 3339/1123 in a few places; these extra
 # patterns (intersected with the format) keep generated values valid: no Feb 29 outside
 # leap years, no leap seconds (":60" is valid only at 23:59:59 UTC, which depends on the

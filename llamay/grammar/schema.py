@@ -1,12 +1,19 @@
-"""JSON schema -> llguidance grammar, refusing whatever cannot be enforced while sampling.
+"""JSON schema (drafts 4 to 2020-12) -> llguidance grammar, enforcing what can be enforced.
 
-llguidance compiles JSON schemas itself and already errors on the keywords it has not
-implemented, but (as JSON Schema allows) it silently ignores keywords it does not know,
-its errors carry no location, and a few of its behaviours would let generated text
-violate the schema. So every schema is first walked here: each keyword is either
-enforced (and its subschemas walked), a pure annotation, or refused with a SchemaError
-naming the keyword and its JSON pointer (see .keywords for the vocabulary). Only then is
-it handed to llguidance, with the options of `keywords.JSON_OPTIONS`.
+Every schema is first compiled here into a plain 2020-12 schema that llguidance handles
+soundly (with the options of `keywords.JSON_OPTIONS` / .shape), then handed to it:
+
+- draft differences are translated per schema object (.drafts); every local `$ref`
+  (pointer, `$id`, anchor, `$recursiveRef`, simple `$dynamicRef`) is resolved here and
+  rewritten to `#/$defs/rN`, a hoisted copy of its compiled target;
+- annotations and unknown keywords (vendor keywords, typos, formats not in
+  `keywords.FORMATS`) never constrain anything, so they are dropped;
+- assertions a grammar cannot express directly are rewritten where the rewrite is exact:
+  `not` (.negation), provably exclusive `oneOf` (.oneof) as anyOf, if/then/else,
+  dependentRequired/dependentSchemas, unevaluated* without applicators;
+- what is left cannot be enforced: with strict=True that is a SchemaError naming the
+  keyword and its JSON pointer; with strict=False it is dropped so the constraint only
+  gets looser, and listed in `unenforced` as "keyword at /pointer".
 
 Object properties are generated in schema order (llguidance's rule): every valid value
 stays reachable, just not in every key order.
@@ -14,26 +21,23 @@ stays reachable, just not in every key order.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import llguidance
+
 from ..errors import GrammarError
-from .keywords import (
-    ANNOTATIONS,
-    COUNTS,
-    DIALECTS,
-    ENFORCED,
-    FORMAT_FIXES,
-    FORMATS,
-    JSON_OPTIONS,
-    LIST,
-    MAP,
-    SINGLE,
-    UNSUPPORTED,
-)
+from .drafts import ROOT_URI, Resolver, draft_of, pointer, translate
+from .keywords import COUNTS, ENFORCED, FORMAT_FIXES, FORMATS, UNSUPPORTED
+from .negation import Negation
+from .oneof import exclusive
+from .shape import Layout, Shape, Tightening, layout_options
 
 __all__ = [
     "SchemaError",
@@ -41,12 +45,15 @@ __all__ = [
     "prepare_schema",
     "schema_lark",
     "compile_error",
+    "draft_of",
     "PARAM",
 ]
 
 PARAM = "response_format"
 MAX_DEPTH = 128
-_DROP = object()  # marks a keyword removed in non-strict mode
+_DROP = object()  # marks a keyword that compiles to nothing
+_SIMPLE = {k for k, shape in ENFORCED.items() if shape is None} - {"$ref"}
+_NOT_OBJECT = ["null", "boolean", "array", "number", "string"]
 
 
 class SchemaError(GrammarError):
@@ -61,17 +68,15 @@ class SchemaError(GrammarError):
 
 @dataclass
 class PreparedSchema:
-    """A checked copy of the caller's schema, ready for llguidance. `ignored` lists the
-    keywords dropped in non-strict mode as "keyword at /path"."""
+    """The compiled 2020-12 schema, ready for llguidance. `unenforced` lists the
+    assertions dropped in non-strict mode ("keyword at /path"); `narrowed` lists where
+    generation covers fewer valid values than the schema allows (still all valid)."""
 
     schema: dict[str, Any]
-    ignored: list[str] = field(default_factory=list)
-
-
-def _pointer(path: str, *parts: str | int) -> str:
-    for p in parts:
-        path += "/" + str(p).replace("~", "~0").replace("/", "~1")
-    return path
+    unenforced: list[str] = field(default_factory=list)
+    narrowed: list[str] = field(default_factory=list)
+    draft: str = "draft2020-12"
+    pending_one_of: list[tuple[dict[str, Any], str]] = field(default_factory=list)
 
 
 def _fail(
@@ -82,13 +87,13 @@ def _fail(
     return SchemaError(message, keyword=keyword, path=where)
 
 
-def prepare_schema(schema: Any, *, strict: bool = True) -> PreparedSchema:
-    """Check and normalise `schema`; raise SchemaError for anything not enforceable.
-
-    With `strict=False`, keywords that only narrow the valid set (and so can be dropped
-    leaving a looser but still honest constraint) are removed and listed in `ignored`
-    instead of refused; malformed schemas are refused either way.
-    """
+def prepare_schema(
+    schema: Any, *, strict: bool = True, shape: Shape = "free", expand: bool = True
+) -> PreparedSchema:
+    """Compile `schema` (see the module docstring); raise SchemaError for what cannot be
+    enforced (strict) or is malformed/unsatisfiable (always). `expand=False` skips the
+    rewrites of conditionals and dependencies into anyOf (a fallback when llguidance
+    cannot intersect them): they then count as unenforceable."""
     if schema is True:
         schema = {}
     if schema is False:
@@ -98,93 +103,282 @@ def prepare_schema(schema: Any, *, strict: bool = True) -> PreparedSchema:
     if "x-guidance" in schema:
         # These options decide soundness (see JSON_OPTIONS); callers may not change them.
         raise _fail("x-guidance", "", "llamay fixes these options itself")
-    prepared = PreparedSchema(schema={})
-    prepared.schema = _walk(schema, "", strict, prepared.ignored, 0)
-    return prepared
+    compiler = _Compiler(schema, strict, shape, expand)
+    root = compiler.walk(schema, "", ROOT_URI, 0, frozenset())
+    if compiler.tight is not None:
+        compiler.tight.apply()
+    out = root if isinstance(root, dict) else ({} if root else {"not": {}})
+    if compiler.defs:
+        out = {**out, "$defs": compiler.defs}
+    return PreparedSchema(out, compiler.unenforced, compiler.narrowed, compiler.draft, compiler.pending)
 
 
-def _walk(node: Any, path: str, strict: bool, ignored: list[str], depth: int) -> Any:
-    """Return a checked copy of the subschema `node` at JSON pointer `path`."""
-    if isinstance(node, bool):
-        return node
-    if not isinstance(node, dict):
-        raise SchemaError(f"invalid JSON schema at {path or '/'}: expected an object or a boolean",
-                          keyword="type", path=path or "/")  # fmt: skip
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key == "$schema" and _dialect(value) not in DIALECTS:
-            # Another dialect or a custom metaschema may give keywords other meanings.
-            raise _fail(key, path, f"dialect {json.dumps(value)} is not supported; use draft 2020-12")
-        if key in ANNOTATIONS or key.startswith("x-"):
-            out[key] = value
-        elif key in ENFORCED:
-            checked = _enforced(key, value, node, path, strict, ignored, depth)
-            if checked is not _DROP:
-                out[key] = checked
-        elif key == "uniqueItems" and _unique_is_noop(node):
-            continue  # false, or at most one item: nothing to enforce
-        elif strict:
-            if key in UNSUPPORTED:
-                raise _fail(key, path, UNSUPPORTED[key])
-            # Unknown keywords are annotations to JSON Schema, but here a typo such as
-            # "minLenght" would silently drop a constraint the caller asked for.
-            raise _fail(key, path, "unknown keywords are refused, not ignored", "unknown JSON schema keyword")
+Ctx = frozenset[str] | bool  # see shape.Tightening
+
+
+class _Compiler:
+    def __init__(self, root: dict[str, Any], strict: bool, shape: Shape, expand: bool) -> None:
+        self.draft = draft_of(root)
+        self.declared = isinstance(root.get("$schema"), str)
+        self.strict = strict
+        self.expand = expand
+        self.resolver = Resolver(root, self.draft)
+        self.defs: dict[str, Any] = {}
+        self.names: dict[Any, str] = {}
+        self.unenforced: list[str] = []
+        self.narrowed: list[str] = []
+        self.pending: list[tuple[dict[str, Any], str]] = []
+        self.tight = Tightening() if shape == "tight" else None
+
+    def cannot(self, keyword: str, path: str, reason: str) -> None:
+        """An assertion that cannot be enforced: refuse, or drop it and say so."""
+        if self.strict:
+            raise _fail(keyword, path, reason)
+        self.unenforced.append(f"{keyword} at {path or '/'}")
+
+    @contextlib.contextmanager
+    def exactness(self) -> Iterator[list[str]]:
+        """Collect what a sub-walk drops or narrows (into the yielded list) instead of
+        reporting it: a negated subschema must be exact."""
+        saved = self.unenforced, self.narrowed
+        inner: list[str] = []
+        self.unenforced = self.narrowed = inner
+        try:
+            yield inner
+        finally:
+            self.unenforced, self.narrowed = saved
+
+    def walk(self, node: Any, path: str, base: str, depth: int, ctx: Ctx) -> Any:
+        """The compiled copy of subschema `node` at JSON pointer `path`."""
+        if isinstance(node, bool):
+            return node
+        if not isinstance(node, dict):
+            raise SchemaError(f"invalid JSON schema at {path or '/'}: expected an object or a boolean",
+                              keyword="type", path=path or "/")  # fmt: skip
+        if depth >= MAX_DEPTH:
+            raise _fail(
+                "type",
+                path,
+                f"subschemas may nest at most {MAX_DEPTH} deep",
+                "JSON schema too deep at keyword",
+            )
+        base = self.resolver.base_of(node, base)
+        src = translate(node, self.draft, self.declared)
+        out: dict[str, Any] = {}
+        extra: list[Any] = []  # rewrites intersected with the node (allOf members)
+        inner = True if Tightening.merges_children(src) else ctx
+        for key, value in src.items():
+            here = pointer(path, key)
+            if key == "multipleOf" and not _precise(value):
+                self.cannot(key, path, "too many significant digits")
+            elif key in _SIMPLE:
+                checked = _simple(key, value, path)
+                if checked is not _DROP:
+                    out[key] = checked
+            elif key in ("properties", "patternProperties"):
+                if not isinstance(value, dict) or not all(isinstance(v, dict | bool) for v in value.values()):
+                    raise _fail(key, path, "must map names to schemas", "invalid JSON schema keyword")
+                out[key] = {k: self.walk(v, pointer(here, k), base, depth + 1, ctx) for k, v in value.items()}
+            elif key in ("additionalProperties", "items"):
+                if not isinstance(value, dict | bool):
+                    raise _fail(key, path, "must be a schema", "invalid JSON schema keyword")
+                out[key] = self.walk(value, here, base, depth + 1, ctx)
+            elif key in ("prefixItems", "allOf", "anyOf", "oneOf"):
+                ok = isinstance(value, list) and all(isinstance(v, dict | bool) for v in value)
+                if not ok or not (value or key == "prefixItems"):
+                    raise _fail(
+                        key, path, "must be a non-empty list of schemas", "invalid JSON schema keyword"
+                    )
+                sub = True if key == "allOf" else ctx if key == "prefixItems" else inner
+                walked = [self.walk(v, pointer(here, i), base, depth + 1, sub) for i, v in enumerate(value)]
+                if key == "oneOf":
+                    self.one_of(walked, extra, here)
+                else:
+                    out[key] = walked
+            elif key in ("$ref", "$recursiveRef", "$dynamicRef"):
+                ref = self.ref(key, value, path, base, depth, inner)
+                if ref is not None and "$ref" not in out:
+                    out.update(ref)
+                elif ref is not None:
+                    extra.append(ref)
+            else:
+                self.other(key, value, src, path, base, depth, extra, out)
+        if not self.expand and len(out.get("patternProperties", {})) > 1:
+            # Fallback: llguidance needs disjoint patterns. Any extra key may then take a
+            # value valid under any pattern's schema or additionalProperties (looser).
+            patterns = out.pop("patternProperties")
+            out["additionalProperties"] = {
+                "anyOf": [*patterns.values(), out.get("additionalProperties", True)]
+            }
+            self.cannot("patternProperties", path, "patterns that may overlap are not supported")
+        if "minProperties" in out and _too_many_keys(out):
+            del out["minProperties"]
+            self.cannot(
+                "minProperties",
+                path,
+                "needs two or more keys beyond 'required', and generated additional keys may repeat",
+            )
+        fix = FORMAT_FIXES.get(out.get("format", ""))
+        if fix is not None:
+            extra.append(fix)
+        if extra:
+            out["allOf"] = [*out.get("allOf", []), *extra]
+        if self.tight is not None and ctx is not True and Tightening.is_candidate(src):
+            self.tight.candidates.append((out, ctx))
+        return out
+
+    # -- references ----------------------------------------------------------------------
+
+    def ref(self, key: str, value: Any, path: str, base: str, depth: int, ctx: Ctx) -> dict[str, Any] | None:
+        """`{"$ref": "#/$defs/rN"}` for a local reference (compiling its target once)."""
+        if not isinstance(value, str):
+            raise _fail(key, path, "must be a string", "invalid JSON schema keyword")
+        if key == "$ref":
+            target, exact = self.resolver.resolve(value, base), True
         else:
-            ignored.append(f"{key} at {path or '/'}")
-    _check_min_properties(out, path)
-    fix = FORMAT_FIXES.get(out.get("format", ""))
-    if fix is not None:
-        out["allOf"] = [*out.get("allOf", []), fix]
-    return out
+            target, exact = self.resolver.dynamic_target(key, value, base)
+        if target is None or not exact:
+            why = (
+                "only references within the schema are followed"
+                if target is None
+                else ("the dynamic scope decides its target")
+            )
+            self.cannot(key, path, f"cannot resolve {json.dumps(value)}: {why}")
+            return None
+        node, target_base, target_path = target
+        ident = node if isinstance(node, bool) else id(node)
+        name = self.names.get(ident)
+        if name is None:
+            name = self.names[ident] = f"r{len(self.names)}"
+            self.defs[name] = {}  # placeholder: recursion ends here
+            self.defs[name] = self.walk(node, target_path, target_base, depth + 1, frozenset({name}))
+        if self.tight is not None:
+            self.tight.uses.append((name, ctx))
+        return {"$ref": f"#/$defs/{name}"}
+
+    # -- assertions rewritten or dropped ----------------------------------------------
+
+    def one_of(self, branches: list[Any], extra: list[Any], here: str) -> None:
+        if len(branches) == 1 or exclusive(branches, self.defs):
+            extra.append({"anyOf": branches})  # sound: at most one branch can match
+        else:
+            holder = {"oneOf": branches}
+            extra.append(holder)
+            self.pending.append((holder, here))
+
+    def negation(self, value: Any, path: str, base: str, depth: int) -> Any:
+        here = pointer(path, "not")
+        with self.exactness() as lost:
+            walked = self.walk(value, here, base, depth + 1, True)
+        negator = Negation(self.defs)
+        neg = None if lost else negator.negate(walked)
+        if neg is None:
+            self.cannot("not", path, "this negation has no positive form a grammar can enforce")
+            return _DROP
+        if negator.narrowed:
+            self.narrowed.append(f"not at {path or '/'}")
+        return neg
+
+    def other(self, key: str, value: Any, src: dict[str, Any], path: str, base: str, depth: int,
+              extra: list[Any], out: dict[str, Any]) -> None:  # fmt: skip
+        """Keywords without a direct llguidance counterpart; anything not handled here is
+        an annotation (or unknown) and constrains nothing."""
+        here = pointer(path, key)
+        if key == "not":
+            neg = self.negation(value, path, base, depth)
+            if neg is not _DROP:
+                extra.append(neg)
+        elif key == "if" and ("then" in src or "else" in src):
+            extra.append(self.conditional(src, path, base, depth))
+        elif key == "uniqueItems":
+            if not _unique_is_noop(src):
+                self.cannot(key, path, "a grammar cannot keep array items distinct")
+        elif key == "contains":
+            if src.get("minContains") != 0 or "maxContains" in src:
+                self.cannot(key, path, "'contains' cannot be enforced while sampling")
+        elif key == "propertyNames":
+            if value is False:
+                extra.append({"maxProperties": 0})
+            elif value is not True and value != {}:
+                self.cannot(key, path, "key schemas are not supported")
+        elif key in ("dependentRequired", "dependentSchemas"):
+            if not isinstance(value, dict):
+                raise _fail(key, path, "must be an object", "invalid JSON schema keyword")
+            for name, dep in value.items():
+                rewritten = self.dependency(key, name, dep, pointer(here, name), base, depth)
+                if rewritten is not None:
+                    extra.append(rewritten)
+        elif key in ("unevaluatedProperties", "unevaluatedItems"):
+            self.unevaluated(key, value, src, path, base, depth, out)
+
+    def conditional(self, src: dict[str, Any], path: str, base: str, depth: int) -> Any:
+        """if/then/else as anyOf[allOf[if, then], allOf[not if, else]]; if `if` has no
+        exact negation, the looser anyOf[then, else] (listed)."""
+        then = self.walk(src.get("then", True), pointer(path, "then"), base, depth + 1, True)
+        other = self.walk(src.get("else", True), pointer(path, "else"), base, depth + 1, True)
+        with self.exactness() as lost:
+            cond = self.walk(src["if"], pointer(path, "if"), base, depth + 1, True)
+        negator = Negation(self.defs)
+        neg = None if lost or not self.expand else negator.negate(cond)
+        if neg is None or negator.narrowed:
+            self.cannot("if", path, "this condition has no negation a grammar can enforce")
+            return {"anyOf": [then, other]}
+        return {"anyOf": [{"allOf": [cond, then]}, {"allOf": [neg, other]}]}
+
+    def dependency(self, key: str, name: str, dep: Any, here: str, base: str, depth: int) -> Any:
+        """ "if `name` is present then ..." as anyOf[name absent, ...]."""
+        if key == "dependentRequired":
+            if not isinstance(dep, list) or not all(isinstance(k, str) for k in dep):
+                raise _fail(key, here, "must list property names", "invalid JSON schema keyword")
+            then: Any = {"required": [name, *dep]}
+            if not dep:
+                return None
+        else:
+            then = {"allOf": [{"required": [name]}, self.walk(dep, here, base, depth + 1, True)]}
+        if not self.expand:
+            self.cannot(key, here.rsplit("/", 1)[0], "property dependencies cannot be enforced here")
+            return None
+        return {"anyOf": [{"properties": {name: False}}, then]}
+
+    def unevaluated(self, key: str, value: Any, src: dict[str, Any], path: str, base: str, depth: int,
+                    out: dict[str, Any]) -> None:  # fmt: skip
+        # Without in-place applicators, "unevaluated" means "not matched by this object's
+        # own properties/patternProperties (items/prefixItems)": additionalProperties/items.
+        if value is True or value == {}:
+            return
+        plain = key.replace("unevaluated", "additional") if key == "unevaluatedProperties" else "items"
+        applicators = ("allOf", "anyOf", "oneOf", "$ref", "$dynamicRef", "$recursiveRef", "if",
+                       "dependentSchemas", "contains", "dependencies")  # fmt: skip
+        if any(k in src for k in applicators):
+            self.cannot(key, path, "annotation-dependent keywords are not supported next to applicators")
+        elif plain not in src:
+            out[plain] = self.walk(value, pointer(path, key), base, depth + 1, True)
 
 
-def _is_schema(value: Any) -> bool:
-    return isinstance(value, dict | bool)
+def _simple(key: str, value: Any, path: str) -> Any:
+    """A keyword without subschemas, checked; _DROP for annotations (unknown formats)."""
+    if key in COUNTS:
+        return _count(key, value, path)
+    if key == "format":
+        return value if value in FORMATS else _DROP
+    if key in ("const", "enum"):
+        _check_literals(key, [value] if key == "const" else value, path)
+    return value
 
 
-def _dialect(uri: Any) -> str:
-    return str(uri).removeprefix("https://").removeprefix("http://").rstrip("#")
+@functools.lru_cache(maxsize=512)
+def _precise(value: Any) -> bool:
+    """llguidance enforces multipleOf only up to some number of decimal digits: ask it."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return True  # malformed: llguidance's own error names it
+    probe = "start: %json " + json.dumps({"type": "number", "multipleOf": value})
+    spec = llguidance.LLMatcher.grammar_from_lark(probe)
+    return not llguidance.LLMatcher.validate_grammar_with_warnings(spec, None)[0]
 
 
 def _unique_is_noop(node: dict[str, Any]) -> bool:
     max_items = node.get("maxItems")
-    return node.get("uniqueItems") is False or (isinstance(max_items, int | float) and max_items <= 1)
-
-
-def _enforced(key: str, value: Any, node: dict[str, Any], path: str, strict: bool,
-              ignored: list[str], depth: int) -> Any:  # fmt: skip
-    here = _pointer(path, key)
-    shape = ENFORCED[key]
-    if shape is not None and depth >= MAX_DEPTH:
-        raise _fail(
-            key, path, f"subschemas may nest at most {MAX_DEPTH} deep", "JSON schema too deep at keyword"
-        )
-    if shape == SINGLE:
-        if not _is_schema(value):
-            hint = " (for tuples use prefixItems)" if key == "items" else ""
-            raise _fail(key, path, "must be a schema" + hint, "invalid JSON schema keyword")
-        return _walk(value, here, strict, ignored, depth + 1)
-    if shape == MAP:
-        if not isinstance(value, dict) or not all(map(_is_schema, value.values())):
-            raise _fail(key, path, "must map names to schemas", "invalid JSON schema keyword")
-        return {k: _walk(v, _pointer(here, k), strict, ignored, depth + 1) for k, v in value.items()}
-    if shape == LIST:
-        ok = isinstance(value, list) and (value or key == "prefixItems") and all(map(_is_schema, value))
-        if not ok:
-            raise _fail(key, path, "must be a non-empty list of schemas", "invalid JSON schema keyword")
-        return [_walk(v, _pointer(here, i), strict, ignored, depth + 1) for i, v in enumerate(value)]
-    if key in COUNTS:
-        return _count(key, value, path)
-    if key == "format":
-        if value not in FORMATS:
-            if strict:
-                raise _fail(key, path, f"format {json.dumps(value)} cannot be enforced")
-            ignored.append(f"format at {path or '/'}")
-            return _DROP
-        return value
-    if key in ("const", "enum"):
-        _check_literals(key, [value] if key == "const" else value, path)
-    return value
+    return node.get("uniqueItems") is not True or (isinstance(max_items, int | float) and max_items <= 1)
 
 
 def _count(key: str, value: Any, path: str) -> int:
@@ -220,25 +414,20 @@ def _check_literals(key: str, values: Any, path: str) -> None:
             stack.extend(v)
 
 
-def _check_min_properties(node: dict[str, Any], path: str) -> None:
+def _too_many_keys(node: dict[str, Any]) -> bool:
     # llguidance counts keys as written but does not keep additional keys distinct, so
     # `{"k":1,"k":2}` would count as two properties yet parse as one. Safe only while at
     # most one key beyond the distinct required ones is needed.
     minimum = node.get("minProperties")
     required = node.get("required")
     n_required = len(set(required)) if isinstance(required, list) else 0
-    if isinstance(minimum, int) and minimum - n_required >= 2:
-        raise _fail(
-            "minProperties",
-            path,
-            "needs two or more keys beyond 'required', and generated additional keys may repeat",
-        )
+    return isinstance(minimum, int) and minimum - n_required >= 2
 
 
-def schema_lark(schema: dict[str, Any], *, coerce_one_of: bool = False) -> str:
+def schema_lark(schema: dict[str, Any], *, layout: Layout = "free", coerce_one_of: bool = False) -> str:
     """The Lark grammar (llguidance dialect) generating exactly the JSON texts chosen by
-    `schema`, a result of `prepare_schema`, under JSON_OPTIONS."""
-    options = dict(JSON_OPTIONS, coerce_one_of=coerce_one_of)
+    `schema`, a result of `prepare_schema`, in `layout` (see .shape)."""
+    options = dict(layout_options(layout), coerce_one_of=coerce_one_of)
     return "start: %json " + json.dumps({**schema, "x-guidance": options}, ensure_ascii=False)
 
 

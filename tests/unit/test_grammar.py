@@ -84,13 +84,10 @@ def test_json_object_and_boolean_schemas() -> None:
     ("schema", "keyword", "path"),
     [
         ({"properties": {"tags": {"type": "array", "uniqueItems": True}}}, "uniqueItems", "/properties/tags"),
-        ({"items": {"not": {"type": "null"}}}, "not", "/items"),
-        ({"anyOf": [{"if": {}}]}, "if", "/anyOf/0"),
-        ({"$defs": {"a/b": {"contains": {}}}}, "contains", "/$defs/a~1b"),
-        ({"type": "string", "minLenght": 3}, "minLenght", "/"),
-        ({"type": "string", "format": "iri"}, "format", "/"),
+        ({"items": {"not": {"items": {"type": "null"}}}}, "not", "/items"),
+        ({"anyOf": [{"if": {"pattern": "a"}, "then": {"minLength": 2}}]}, "if", "/anyOf/0"),
+        ({"$defs": {"a/b": {"contains": {}}}, "$ref": "#/$defs/a~1b"}, "contains", "/$defs/a~1b"),
         ({"x-guidance": {"lenient": True}}, "x-guidance", "/"),
-        ({"$schema": "http://json-schema.org/draft-04/schema#"}, "$schema", "/"),
         ({"enum": []}, "enum", "/"),
         ({"const": "nul\u0000"}, "const", "/"),
         ({"type": "object", "minProperties": 2}, "minProperties", "/"),
@@ -98,7 +95,7 @@ def test_json_object_and_boolean_schemas() -> None:
         ({"patternProperties": {"a": {}, "b": {}}}, "patternProperties", "/"),
         ({"$ref": "https://example.com/schema.json"}, "$ref", "/"),
         ({"properties": []}, "properties", "/"),
-        ({"items": [{"type": "integer"}]}, "items", "/"),
+        ({"items": 3}, "items", "/"),
         ({"minLength": -1}, "minLength", "/"),
     ],
 )
@@ -132,6 +129,16 @@ def test_noop_keywords_and_integral_counts_are_accepted() -> None:
     assert Grammar.from_json_schema(annotated).matches(b"1")
 
 
+def test_annotations_and_unknown_keywords_never_refuse() -> None:
+    # Unknown keywords (typos included) and unknown formats are annotations in JSON Schema.
+    for strict in (True, False):
+        g = Grammar.from_json_schema(
+            {"type": "string", "minLenght": 3, "format": "iri", "_format": "x", "isUniqueKey": True},
+            strict=strict,
+        )
+        assert g.unenforced == () and g.matches(b'"a"') and not g.matches(b"1")
+
+
 def test_non_strict_drops_and_reports() -> None:
     schema = {
         "type": "array",
@@ -141,10 +148,11 @@ def test_non_strict_drops_and_reports() -> None:
     }
     original = copy.deepcopy(schema)
     g = Grammar.from_json_schema(schema, strict=False)
-    assert set(g.ignored) == {"format at /items", "uniqueItems at /", "oneOf (treated as anyOf)"}
+    assert set(g.unenforced) == {"uniqueItems at /", "oneOf at /"}
+    assert g.ignored == g.unenforced  # the older name
     assert g.matches(b'["x","x"]')
-    assert schema == original
-    assert Grammar.from_json_schema({"type": "integer"}, strict=False).ignored == ()
+    assert schema == original and g.schema == original
+    assert Grammar.from_json_schema({"type": "integer"}, strict=False).unenforced == ()
 
 
 def test_keys_cannot_spell_declared_names_with_escapes() -> None:

@@ -1,11 +1,17 @@
-"""The JSON schema compiler against the official JSON Schema Test Suite (draft 2020-12).
+"""The JSON schema compiler against the official JSON Schema Test Suite (drafts 4, 6, 7,
+2019-09 and 2020-12, vendored in tests/data/json-schema-test-suite).
 
-For every group: either the compiler refuses the schema with a SchemaError naming a
-keyword, or the grammar must agree with the suite on every instance:
+Every group's schema is compiled in non-strict mode with layout="free", shape="free"
+(so valid instances may use any whitespace and extra keys). It may be refused only if it
+is listed in REFUSED (unsatisfiable for a generator: a const holding U+0000 cannot be
+written without a backslash-u escape). Then:
 
 - valid instance: some serialisation of it is matched in full, once in compact style
-  (`separators=(",", ":")`) and once in spaced style (json.dumps defaults);
-- invalid instance: no serialisation of it is matched, in either style.
+  (`separators=(",", ":")`) and once in spaced style (json.dumps defaults), unless the
+  grammar declares it `narrowed` (generates a subset of the valid values);
+- invalid instance: an exact grammar (nothing `unenforced`) matches no serialisation of
+  it; a grammar with unenforced keywords may match it only if `validate()` then reports
+  it ("accepted but wrong" must be zero).
 
 "Some serialisation" is because a generator legitimately emits a subset of the texts
 denoting a value; the variants tried are exactly the representation choices the grammar
@@ -32,16 +38,42 @@ from typing import Any
 import pytest
 
 from llamay.grammar import Grammar, SchemaError
+from llamay.grammar.keywords import FORMATS
+from llamay.grammar.validate import validate
 
-SUITE = Path("/work/shared/conformance/json-schema-test-suite-2020-12")
+DATA = Path(__file__).resolve().parents[1] / "data" / "json-schema-test-suite"
+DRAFTS = ("draft4", "draft6", "draft7", "draft2019-09", "draft2020-12")
+SUITE = DATA / "draft2020-12"
 STYLES = {"compact": (",", ":"), "spaced": (", ", ": ")}
 MAX_VARIANTS = 64
+# Files whose schemas reference other documents (never fetched, so never resolved).
+REMOTE = {"refRemote", "dynamicRef", "vocabulary"}
+# Groups a generator cannot satisfy at all (a string with U+0000 needs a \u escape).
+REFUSED = {"nul characters in strings"}
+# llguidance limitation: a recursive reference with sibling keywords inside its own cycle.
+LLGUIDANCE_LIMITS = {"unevaluatedItems with $recursiveRef", "unevaluatedProperties with $recursiveRef"}
+# jsonschema 4.26's Draft201909Validator disagrees with the suite here (its 2020-12 one agrees).
+JSONSCHEMA_BUGS = {("draft2019-09", "unevaluatedProperties with adjacent non-bool additionalProperties")}
 
 
-def _groups() -> list[tuple[str, dict[str, Any]]]:
-    if not SUITE.is_dir():
-        return []
-    return [(f.stem, g) for f in sorted(SUITE.glob("*.json")) for g in json.loads(f.read_text())]
+_DECLARE = {
+    "draft4": "http://json-schema.org/draft-04/schema#",
+    "draft6": "http://json-schema.org/draft-06/schema#",
+    "draft7": "http://json-schema.org/draft-07/schema#",
+}
+
+
+def _groups(draft: str = "draft2020-12") -> list[tuple[str, dict[str, Any]]]:
+    """The suite's groups for `draft`. Its draft 4-7 schemas do not say `$schema` (the
+    folder does), so it is added: an undeclared schema is read as 2020-12."""
+    out = []
+    for f in sorted((DATA / draft).glob("*.json")):
+        for group in json.loads(f.read_text()):
+            schema = group["schema"]
+            if draft in _DECLARE and isinstance(schema, dict) and "$schema" not in schema:
+                group["schema"] = {"$schema": _DECLARE[draft], **schema}
+            out.append((f.stem, group))
+    return out
 
 
 def _number(v: float) -> list[str]:
@@ -79,50 +111,75 @@ def variants(value: Any, seps: tuple[str, str]) -> Iterator[str]:
     return iter(rec(value))
 
 
-def expected_valid(test: dict[str, Any]) -> bool:
-    if "only an annotation by default" in test["description"]:
-        return False  # format is asserted, see the module docstring
+def expected_valid(test: dict[str, Any], schema: Any = None) -> bool:
+    asserted = not isinstance(schema, dict) or schema.get("format") in FORMATS
+    if "only an annotation by default" in test["description"] and asserted:
+        return False  # enforced formats are asserted, see the module docstring
     return bool(test["valid"])
 
 
 def check_group(group: dict[str, Any]) -> tuple[str, str | None, list[str]]:
-    """("pass", None, []) / ("refused", keyword, []) / ("fail", None, [problems])."""
+    """("exact" | "loose", None, problems) or ("refused", keyword, problems)."""
     try:
-        grammar = Grammar.from_json_schema(group["schema"])
+        grammar = Grammar.from_json_schema(group["schema"], strict=False)
     except SchemaError as e:
-        return "refused", e.keyword, []
+        unsatisfiable = not any(t["valid"] for t in group["tests"])
+        ok = group["description"] in REFUSED | LLGUIDANCE_LIMITS or (
+            unsatisfiable and e.keyword in ("false", "enum", "const")
+        )
+        return "refused", e.keyword, [] if ok else [f"refused ({e.keyword}): {e.message[:200]}"]
+    exact = not grammar.unenforced
     problems = []
     for test in group["tests"]:
-        want = expected_valid(test)
+        want = expected_valid(test, group["schema"])
         for style, seps in STYLES.items():
             texts = list(variants(test["data"], seps))
             got = [t for t in texts if grammar.matches(t.encode())]
-            if want and not got:
+            if want and not got and not grammar.narrowed:
                 problems.append(f"valid instance not matched ({style}): {test['description']}: {texts[0]}")
-            if not want and got:
-                problems.append(f"WRONG: invalid instance matched ({style}): {test['description']}: {got[0]}")
-    return ("fail" if problems else "pass"), None, problems
+            if not want and got and (exact or not validate(group["schema"], test["data"])):
+                problems.append(
+                    f"WRONG: invalid instance accepted ({style}): {test['description']}: {got[0]}"
+                )
+    return ("exact" if exact else "loose"), None, problems
 
 
-GROUPS = _groups()
-
-
-@pytest.mark.skipif(not GROUPS, reason="conformance data not present")
-def test_json_schema_suite() -> None:
+@pytest.mark.parametrize("draft", DRAFTS)
+def test_json_schema_suite(draft: str) -> None:
     counts: collections.Counter[str] = collections.Counter()
     refused: collections.Counter[str] = collections.Counter()
     failures = []
-    for name, group in GROUPS:
+    for name, group in _groups(draft):
+        if name in REMOTE:
+            continue
         outcome, keyword, problems = check_group(group)
         counts[outcome] += 1
         if keyword is not None:
             refused[keyword] += 1
-            assert keyword, f"{name}: {group['description']}: refusal names no keyword"
         failures += [f"{name}: {group['description']}: {p}" for p in problems]
-    summary = f"{dict(counts)} refused by keyword: {dict(refused.most_common())}"
+    summary = f"{draft}: {dict(counts)} refused by keyword: {dict(refused.most_common())}"
     print(summary)
     assert not failures, summary + "\n" + "\n".join(failures)
-    assert counts["pass"] >= 170, summary  # guards against a compiler that refuses everything
+    # guards against a compiler that drops or refuses everything
+    assert counts["exact"] >= 0.7 * sum(counts.values()), summary
+
+
+@pytest.mark.parametrize("draft", DRAFTS)
+def test_validate_agrees_with_suite(draft: str) -> None:
+    wrong = []
+    for name, group in _groups(draft):
+        if name in REMOTE or (draft, group["description"]) in JSONSCHEMA_BUGS:
+            continue
+        for test in group["tests"]:
+            if "only an annotation by default" in test["description"]:
+                continue  # asserted only where jsonschema has a checker (some need extra packages)
+            errors = validate(group["schema"], test["data"])
+            if expected_valid(test, group["schema"]) == bool(errors):
+                wrong.append(f"{name}: {group['description']}: {test['description']}: {errors[:1]}")
+    assert wrong == []
+
+
+GROUPS = _groups()
 
 
 def test_variants_cover_representations() -> None:
@@ -142,11 +199,9 @@ def test_format_assertions_never_accept_invalid_values() -> None:
     wrong, missed, checked = [], 0, 0
     for path in sorted(FORMAT_DIR.glob("*.json")):
         for group in json.loads(path.read_text()):
-            try:
-                grammar = Grammar.from_json_schema(group["schema"])
-            except SchemaError as e:
-                assert e.keyword == "format"
-                continue
+            if group["schema"].get("format") not in FORMATS:
+                continue  # an annotation: nothing to assert
+            grammar = Grammar.from_json_schema(group["schema"])
             for test in group["tests"]:
                 checked += 1
                 texts = list(variants(test["data"], STYLES["compact"]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
+from decimal import Decimal
 from typing import Any
 
 import jsonschema
@@ -51,6 +52,14 @@ def _date_time(value: object) -> bool:
     datetime.date.fromisoformat(date)
     return re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", date) is not None and sep in ("T", "t") and _time(rest)
 
+
+def _multiple_of(validator: Any, divisor: Any, instance: Any, schema: Any) -> Any:
+    # Decimal arithmetic: in floats 0.7 / 0.0001 is not integral, though 0.7 is a multiple.
+    if validator.is_type(instance, "number") and Decimal(repr(instance)) % Decimal(repr(divisor)) != 0:
+        yield jsonschema.ValidationError(f"{instance} is not a multiple of {divisor}")
+
+
+EXACT_VALIDATOR = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"multipleOf": _multiple_of})
 
 ADVERSARIAL: list[dict[str, Any]] = [
     {
@@ -139,7 +148,7 @@ def check(schema: Any, samples: int, rng: np.random.Generator) -> list[str]:
         grammar = Grammar.from_json_schema(schema)
     except SchemaError:
         return []
-    validator = jsonschema.Draft202012Validator(schema, format_checker=FORMATS)
+    validator = EXACT_VALIDATOR(schema, format_checker=FORMATS)
     wrong: list[str] = []
     for _ in range(samples):
         text = sample(grammar, rng)
