@@ -36,6 +36,7 @@ import gzip
 import importlib
 import json
 import os
+import signal
 import sys
 import time
 from collections import Counter
@@ -404,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=CORPUS)
     parser.add_argument("--details", type=Path, help="write one JSON line per schema and mode here")
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like an exception, so the pool stops its workers on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print_json(
         run_coverage(
             every=args.every, jobs=args.jobs, timeout=args.timeout, corpus=args.corpus, details=args.details
