@@ -1,7 +1,9 @@
 """Constrained output: JSON schema, GBNF, regex and Lark grammars enforced while sampling.
 
 `Grammar` is the validated, model-independent constraint (build it at request
-validation time; every constructor raises GrammarError for what cannot be enforced).
+validation time; every constructor raises GrammarError for what cannot be enforced, or,
+for a non-strict JSON schema, lists it in `Grammar.unenforced`). After generation,
+`llamay.grammar.validate.validate(schema, value)` reports what a value violates.
 `Constraint` is one request's matcher over the model's llguidance tokenizer: per step,
 `fill_mask` -> mask the logits -> sample -> `consume`.
 """

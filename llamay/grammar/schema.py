@@ -22,17 +22,14 @@ stays reachable, just not in every key order.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
-import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import llguidance
-
 from ..errors import GrammarError
+from .checks import LiteralProblem, check_literals, count, precise
 from .drafts import ROOT_URI, Resolver, draft_of, pointer, translate
 from .keywords import COUNTS, ENFORCED, FORMAT_FIXES, FORMATS, UNSUPPORTED
 from .negation import Negation
@@ -169,7 +166,7 @@ class _Compiler:
         inner = True if Tightening.merges_children(src) else ctx
         for key, value in src.items():
             here = pointer(path, key)
-            if key == "multipleOf" and not _precise(value):
+            if key == "multipleOf" and not precise(value):
                 self.cannot(key, path, "too many significant digits")
             elif key in _SIMPLE:
                 checked = _simple(key, value, path)
@@ -357,61 +354,21 @@ class _Compiler:
 
 def _simple(key: str, value: Any, path: str) -> Any:
     """A keyword without subschemas, checked; _DROP for annotations (unknown formats)."""
-    if key in COUNTS:
-        return _count(key, value, path)
-    if key == "format":
-        return value if value in FORMATS else _DROP
-    if key in ("const", "enum"):
-        _check_literals(key, [value] if key == "const" else value, path)
+    try:
+        if key in COUNTS:
+            return count(value)
+        if key == "format":
+            return value if value in FORMATS else _DROP
+        if key in ("const", "enum"):
+            check_literals([value] if key == "const" else value)
+    except LiteralProblem as e:
+        raise _fail(key, path, e.reason, e.what) from None
     return value
-
-
-@functools.lru_cache(maxsize=512)
-def _precise(value: Any) -> bool:
-    """llguidance enforces multipleOf only up to some number of decimal digits: ask it."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return True  # malformed: llguidance's own error names it
-    probe = "start: %json " + json.dumps({"type": "number", "multipleOf": value})
-    spec = llguidance.LLMatcher.grammar_from_lark(probe)
-    return not llguidance.LLMatcher.validate_grammar_with_warnings(spec, None)[0]
 
 
 def _unique_is_noop(node: dict[str, Any]) -> bool:
     max_items = node.get("maxItems")
     return node.get("uniqueItems") is not True or (isinstance(max_items, int | float) and max_items <= 1)
-
-
-def _count(key: str, value: Any, path: str) -> int:
-    # 2.0 is a valid count in JSON Schema; llguidance wants a JSON integer.
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise _fail(key, path, "must be a non-negative integer", "invalid JSON schema keyword")
-    return value
-
-
-def _check_literals(key: str, values: Any, path: str) -> None:
-    if not isinstance(values, list):
-        raise _fail(key, path, "must be a list", "invalid JSON schema keyword")
-    if not values:
-        raise _fail(key, path, "an empty enum accepts nothing", "unsatisfiable JSON schema keyword")
-    stack = list(values)
-    while stack:
-        v = stack.pop()
-        if isinstance(v, str):
-            if any(ord(c) < 0x20 and c not in "\b\f\n\r\t" for c in v):
-                raise _fail(
-                    key,
-                    path,
-                    "a string with a control character other than \\b\\f\\n\\r\\t cannot be generated",
-                )
-        elif isinstance(v, float) and not math.isfinite(v):
-            raise _fail(key, path, "non-finite number", "invalid JSON schema keyword")
-        elif isinstance(v, dict):
-            stack.extend(v.keys())
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
 
 
 def _too_many_keys(node: dict[str, Any]) -> bool:

@@ -93,8 +93,13 @@ _js_utils.re = _SAFE_RE  # type: ignore[attr-defined]
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
-    if validator.is_type(instance, "string") and not _search(pattern, instance):
-        yield jsonschema.ValidationError(f"{_short(instance)} does not match {pattern!r}")
+    if not validator.is_type(instance, "string"):
+        return
+    try:
+        if not safe_search(pattern, instance):
+            yield jsonschema.ValidationError(f"{_short(instance)} does not match {pattern!r}")
+    except UncheckablePattern:
+        yield jsonschema.ValidationError(_uncheckable(pattern))
 
 
 def _pattern_properties(
@@ -104,17 +109,17 @@ def _pattern_properties(
         return
     for pattern, subschema in patterns.items():
         for key, value in instance.items():
-            if _search(pattern, key):
+            try:
+                found = safe_search(pattern, key)
+            except UncheckablePattern:
+                yield jsonschema.ValidationError(_uncheckable(pattern))
+                break
+            if found:
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
-def _search(pattern: str, text: str) -> bool:
-    try:
-        return safe_search(pattern, text)
-    except UncheckablePattern:
-        raise jsonschema.ValidationError(
-            f"pattern {pattern!r} uses regex features that cannot be checked safely"
-        ) from None
+def _uncheckable(pattern: str) -> str:
+    return f"pattern {pattern!r} uses regex features that cannot be checked safely"
 
 
 @functools.cache
@@ -172,6 +177,8 @@ def validate(schema: dict[str, Any] | bool, value: Any) -> list[str]:
         out.append(f"at /: the schema cannot be evaluated: {str(e)[:_MESSAGE_CHARS]}")
     except RecursionError:
         out.append("at /: the schema nests or recurses too deeply to evaluate")
+    except UncheckablePattern as e:  # from the helpers behind additionalProperties
+        out.append(f"at /: {_uncheckable(str(e))}")
     except Exception as e:  # a malformed schema can trip jsonschema/referencing anywhere
         out.append(f"at /: the schema cannot be evaluated: {type(e).__name__}")
     finally:
