@@ -29,7 +29,9 @@ log = logging.getLogger("llamay.runtime")
 @dataclass(frozen=True)
 class RuntimeConfig:
     """Server-wide settings for loading models. `ctx` 0 means min(model's training
-    context, 8192). `threads` 0 means the number of CPU cores."""
+    context, 8192). `threads` 0 means the number of CPU cores. `max_tokens` limits
+    constrained output (schema, grammar, tools) whose request sets no limit and whose
+    schema does not bound it."""
 
     ctx: int = 0
     batch: int = 512
@@ -40,6 +42,7 @@ class RuntimeConfig:
     cache_ram: int = 512 * 1024 * 1024  # bytes per model for cached prefixes kept in RAM
     chat_template_file: Path | None = None
     home: Path | None = None  # contexts are saved under home/contexts; None: not kept
+    max_tokens: int = 2048  # limit for constrained output when a request sets none
 
 
 class LoadRefused(Conflict):

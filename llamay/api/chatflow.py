@@ -19,6 +19,7 @@ from ..chat.tools import (
     ToolSpec,
     ToolStreamParser,
     detect_format,
+    supports_parallel_calls,
     think_first,
 )
 from ..engine.request import ConstraintPlan
@@ -26,18 +27,19 @@ from ..errors import InvalidRequest
 from ..grammar import Grammar
 from ..runtime import LoadedModel
 
-__all__ = ["ChatOptions", "ChatSetup", "ChatOutput", "Piece", "prepare_chat", "model_traits"]
+__all__ = ["ChatOptions", "ChatSetup", "ChatOutput", "Piece", "prepare_chat", "model_traits", "output_limit"]
 
 
 @dataclass(frozen=True)
 class ChatOptions:
     """What a chat request asks for, whatever API it came through. `finish_tool`: False,
-    True, or the name of one of `tools` that ends the turn."""
+    True, or the name of one of `tools` that ends the turn. `parallel_tool_calls`: None
+    (the request did not say) means what the model's template supports."""
 
     messages: list[dict[str, Any]]
     tools: list[ToolSpec] = field(default_factory=list)
     tool_choice: ToolChoice = field(default_factory=lambda: ToolChoice("none"))
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: bool | None = None
     grammar: Grammar | None = None
     thinking: bool = True
     thinking_budget: int | None = None
@@ -123,8 +125,12 @@ def _plan(
     if opts.tool_choice.mode != "none" and tools:
         if opts.grammar is not None:
             raise InvalidRequest("'response_format' cannot be combined with tools", param="response_format")
-        # Naming one function asks for that call, once.
-        parallel = opts.parallel_tool_calls and opts.tool_choice.mode != "function"
+        # Naming one function asks for that call, once. Unsaid, several calls in one turn
+        # only when the template can show the model such a turn (else it invents calls).
+        parallel = opts.parallel_tool_calls
+        if parallel is None:
+            parallel = supports_parallel_calls(lm.template.source)
+        parallel = parallel and opts.tool_choice.mode != "function"
         tp = traits.tool_format.plan(tools, opts.tool_choice, parallel, lm.model.special_id)
         if markers is not None:
             tp = think_first(tp, markers, started=started, special=lm.model.special_id)
@@ -210,3 +216,21 @@ class ChatOutput:
             elif isinstance(d, ToolArgsDelta):
                 out.append(Piece("args", d.fragment, index=d.index))
         return out
+
+
+def output_limit(plan: ConstraintPlan | None, requested: int | None, default: int, room: int) -> int | None:
+    """`max_tokens` for one request, whatever API it came through.
+
+    What the request asked for, if it asked. Otherwise constrained output is bounded: by
+    the schema itself when it makes every answer finite (a token is at least one byte, so
+    the grammar's byte bound plus the end-of-text token), else by the server's default
+    (`-max-tokens`); free text without a limit runs to its end or the context's. Never
+    more than `room`, the context left after the prompt (at least 1).
+    """
+    limit = requested
+    if limit is None and plan is not None:
+        bound = getattr(plan.grammar, "max_bytes", None) if not plan.lazy else None
+        limit = default if bound is None else bound + 1
+    if limit is None:
+        return None
+    return min(limit, max(1, room))

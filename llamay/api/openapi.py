@@ -87,13 +87,15 @@ RESPONSE_FORMAT = anyof(
                 "json_schema!": fields("name:str strict:bool", {"schema!": anyof(OBJ, BOOL)})}))
 LOGIT_BIAS = {"type": "object", "propertyNames": {"pattern": "^[0-9]+$"},
               "additionalProperties": scalar("num", "-100", "100")}
+# How JSON output is laid out and shaped (api/jsonformat), on every API.
+JSON_STYLE = {"json_layout": enum("compact", "indented", "free"), "schema_shape": enum("tight", "free")}
 SAMPLING = fields(
     "model:str stream:bool max_tokens:int[1,] max_completion_tokens:int[1,] temperature:num[0,2] top_p:num[0,1] "
     "top_k:int[0,] min_p:num[0,1] typical_p:num[0,1] repeat_penalty:num[0,10] repeat_last_n:int[0,] seed:int "
     "presence_penalty:num[-2,2] frequency_penalty:num[-2,2] grammar:str regex:str llamay_session:str",
     {"n": scalar("int", "1", str(MAX_N)), "stream_options": fields("include_usage:bool"), "logit_bias": LOGIT_BIAS,
      "stop": anyof(STR, arr(STR, maxItems=MAX_STOP)), "repetition": anyof(BOOL, REPETITION),
-     "response_format": RESPONSE_FORMAT})["properties"]
+     "response_format": RESPONSE_FORMAT, **JSON_STYLE})["properties"]
 # At most one of response_format, grammar and regex; n is 1 with llamay_session; top_logprobs
 # above 0 needs logprobs.
 ONE_FORMAT = {"not": anyof(*({"required": list(pair)} for pair in
@@ -127,14 +129,15 @@ A_BLOCKS = {"user": (A_TEXT, A_RESULT), "system": (A_TEXT,), "assistant": (A_TEX
 A_MESSAGES = arr(anyof(*(fields("", {"role!": enum(role), "content!": anyof(STR, arr(anyof(*blocks)))})
                          for role, blocks in A_BLOCKS.items())), minItems=1)
 A_TOOL = fields("description:str input_schema!:obj", {"type": enum("custom"), "name!": NAME, "cache_control": CACHE})
-A_FORMAT = fields("schema!:obj", {"type!": enum("json_schema")})
+A_FORMAT = fields("schema!:obj strict:bool", {"type!": enum("json_schema")})
 A_THINKING = anyof(fields("display:str", {"type!": enum("disabled", "adaptive")}),
                    fields("budget_tokens!:int[1,] display:str", {"type!": enum("enabled")}))
 A_SPEC = "model:str max_tokens:int[1,] temperature:num[0,2] top_p:num[0,1] top_k:int[0,]"
 A_MORE = {"messages!": A_MESSAGES, "system": anyof(STR, arr(A_TEXT)), "stop_sequences": arr(STR, maxItems=32),
           "metadata": fields("user_id:str"), "tools": arr(A_TOOL), "thinking": A_THINKING,
           "tool_choice": fields("disable_parallel_tool_use:bool", {"type!": enum("auto", "none")}),
-          "output_config": fields("", {"format": A_FORMAT}), "output_format": A_FORMAT, "cache_control": CACHE}
+          "output_config": fields("", {"format": A_FORMAT}), "output_format": A_FORMAT, "cache_control": CACHE,
+          **JSON_STYLE}
 MESSAGES = fields(A_SPEC.replace("max_tokens:", "max_tokens!:") + " stream:bool", A_MORE)
 COUNT = fields(A_SPEC, A_MORE)
 
@@ -148,7 +151,7 @@ OPTIONS = fields(
     "num_ctx:int[1,]", {"stop": anyof(STR, arr(STR, maxItems=16))},
     description="Ollama's options; others are accepted and ignored")
 O_COMMON = {"keep_alive": DURATION, "options": OPTIONS, "format": anyof(enum("json", ""), OBJ),
-            "think": anyof(BOOL, enum("low", "medium", "high", "max"))}
+            "think": anyof(BOOL, enum("low", "medium", "high", "max")), "strict": BOOL, **JSON_STYLE}
 O_SPEC = "model:str stream:bool logprobs:bool top_logprobs:int[0,20] "
 O_CALL = fields("", {"function!": fields("name!:str", {"arguments": anyof(OBJ, STR)})})
 O_MESSAGE = fields("role!:str content:str thinking:str tool_name:str",

@@ -42,6 +42,15 @@ def add_parser(sub: Any) -> None:
         help="context size in tokens, shared by running requests (default: the model's, at most 8192)",
     )
     flag(p, "batch", type=int, default=512, help="tokens per decode step (default 512)")
+    flag(
+        p,
+        "max-tokens",
+        dest="max_tokens",
+        type=int,
+        default=2048,
+        help="limit for constrained output (schema, grammar, tools) when a request sets none and the "
+        "schema does not bound it (default 2048)",
+    )
     flag(p, "threads", type=int, default=0, help="CPU threads (default: all cores)")
     flag(p, "kv", default="f16", choices=["f16", "f32", "q8_0"], help="KV cache type (default f16)")
     flag(
@@ -159,6 +168,8 @@ def run_serve(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     try:
         host, port = parse_addr(args.addr)
+        if args.max_tokens < 1:
+            raise ValueError(f"-max-tokens must be at least 1, not {args.max_tokens}")
         keys = KeyRing.load(args.keys)
         name, path, sha = resolve_model(args.model)
         config = RuntimeConfig(
@@ -171,6 +182,7 @@ def run_serve(args: argparse.Namespace) -> int:
             cache_ram=max(0, args.cache_ram) * 1024 * 1024,
             chat_template_file=args.chat_template,
             home=llamay_home(),
+            max_tokens=args.max_tokens,
         )
         loaded = load_model(name, path, config, sha)
     except Exception as exc:
@@ -199,6 +211,7 @@ def run_serve(args: argparse.Namespace) -> int:
             threads=loaded.ctx.config.n_threads,
             kv=args.kv,
             concurrency=args.concurrency,
+            max_tokens=args.max_tokens,
             auth="api keys" if keys.enabled else "none (single user)",
         ),
     )

@@ -112,11 +112,14 @@ def test_logprob_json_floors_minus_infinity() -> None:
 def test_engine_request_caps_and_whole_context_repeat() -> None:
     gen = Generation(SamplingParams(temperature=0.0, repeat_last_n=0), ("END",), 500, None, True)
     plan = ConstraintPlan(None, label="x")
-    req = adapter.engine_request([1, 2, 3], gen, 100, plan)
+    req = adapter.engine_request([1, 2, 3], gen, 100, plan, default_max=50)
     assert (req.tokens, req.stop.max_tokens, req.stop.stop, req.constraint) == ([1, 2, 3], 97, ("END",), plan)
     assert req.sampling.repeat_last_n == 100
-    free = adapter.engine_request([1], Generation(num_predict=None), 100, None)
+    free = adapter.engine_request([1], Generation(num_predict=None), 100, None, default_max=50)
     assert (free.stop.max_tokens, free.sampling.repeat_last_n, free.constraint) == (None, 64, None)
+    # Constrained output without num_predict gets the server's default limit.
+    bounded = adapter.engine_request([1], Generation(num_predict=None), 100, plan, default_max=50)
+    assert bounded.stop.max_tokens == 50
 
 
 def test_plain_reply_is_all_content() -> None:

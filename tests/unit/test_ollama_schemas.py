@@ -185,11 +185,15 @@ def test_model_defaults_go_under_request_options() -> None:
     assert (s.temperature, s.top_k, s.top_logprobs, d.gen.stop, d.gen.num_predict) == (0.1, 3, 1, ("END",), 9)
 
 
-def test_format_schema_keywords_that_cannot_be_enforced_are_refused() -> None:
+def test_format_keywords_that_cannot_be_enforced_are_refused_when_strict() -> None:
     from llamay.errors import GrammarError
 
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}],
-            "format": {"type": "array", "uniqueItems": True}}  # fmt: skip
+            "format": {"type": "array", "uniqueItems": True}, "strict": True}  # fmt: skip
     with pytest.raises(GrammarError) as e:
         parse_chat(body)
     assert "uniqueItems" in e.value.message and e.value.param == "format"
+    # Without strict the rest is enforced and the keyword is listed for the after-check.
+    del body["strict"]
+    grammar = parse_chat(body).common.grammar
+    assert grammar is not None and grammar.unenforced == ("uniqueItems at /",)

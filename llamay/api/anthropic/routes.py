@@ -4,6 +4,7 @@ LlamayError raised here is answered in Anthropic's error shape."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,6 +19,7 @@ from ...engine.request import GenerateRequest
 from ...errors import EngineError, LlamayError, ModelNotFound
 from ...runtime import LoadedModel
 from ...types import ErrorEvent, FinishEvent, StopSpec, TokenEvent
+from .. import jsonformat
 from ..chatflow import ChatOptions, ChatOutput, ChatSetup, prepare_chat
 from ..http import json_response, read_json, sse_response, until_disconnect
 from ..openai.common import check_plan
@@ -118,11 +120,23 @@ async def create_message(request: Request) -> Response:
     run = _Run(setup, req.stop, BlockAssembler(shown=req.thinking.shown))
     mid = adapter.new_message_id()
     if req.stream:
-        return sse_response(_frames(mid, lm.name, len(setup.tokens), mark, run, stream))
+        return sse_response(_frames(req, mid, lm.name, len(setup.tokens), mark, run, stream))
     fin = await until_disconnect(request, _collect(run, stream))
     _, reason, seq = run.finish(fin)
     usage = adapter.usage_json(fin.usage, mark)
-    return json_response(adapter.message_json(mid, lm.name, run.blocks.blocks, reason, seq, usage))
+    body = adapter.message_json(mid, lm.name, run.blocks.blocks, reason, seq, usage)
+    return json_response({**body, **await _check(req, run, fin)})
+
+
+async def _check(req: MessagesRequest, run: _Run, fin: FinishEvent) -> dict[str, object]:
+    """`{"schema_check": ...}` when the output format was not enforced in full, else {}."""
+    grammar = req.options.grammar
+    if grammar is None or not grammar.unenforced:
+        return {}
+    report = await asyncio.to_thread(
+        jsonformat.check, grammar, run.out.content, complete=fin.reason == "stop"
+    )
+    return {"schema_check": report} if report is not None else {}
 
 
 async def _collect(run: _Run, stream: EventStream) -> FinishEvent:
@@ -144,7 +158,7 @@ async def _collect(run: _Run, stream: EventStream) -> FinishEvent:
 
 
 async def _frames(
-    mid: str, model: str, prompt_tokens: int, mark: int, run: _Run, stream: EventStream
+    req: MessagesRequest, mid: str, model: str, prompt_tokens: int, mark: int, run: _Run, stream: EventStream
 ) -> AsyncIterator[bytes]:
     yield adapter.sse_event(adapter.message_start(mid, model, prompt_tokens))
     yield adapter.sse_event({"type": "ping"})
@@ -158,7 +172,9 @@ async def _frames(
                 for event in events:
                     yield adapter.sse_event(event)
                 usage = adapter.usage_json(ev.usage, mark)
-                yield adapter.sse_event(adapter.message_delta(reason, seq, usage))
+                yield adapter.sse_event(
+                    {**adapter.message_delta(reason, seq, usage), **await _check(req, run, ev)}
+                )
                 yield adapter.sse_event({"type": "message_stop"})
             elif isinstance(ev, ErrorEvent):
                 raise (

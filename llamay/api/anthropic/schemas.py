@@ -19,6 +19,7 @@ from ...grammar import Grammar
 from ...types import SamplingParams
 from ..chatflow import ChatOptions
 from ..fields import Fields
+from ..jsonformat import json_style, schema_grammar
 from .cache import last_breakpoint
 from .content import MARK, Converted, chat_messages
 
@@ -94,14 +95,16 @@ def parse_tools_field(raw: Any, mark_tool: int | None = None) -> list[ToolSpec]:
         raise
 
 
-def parse_tool_choice_field(raw: Any, tools: list[ToolSpec]) -> tuple[ToolChoice, bool]:
-    """`tool_choice` -> (choice, parallel calls allowed). auto | any (-> required) |
-    tool (-> that function) | none; absent means auto (none without tools)."""
+def parse_tool_choice_field(raw: Any, tools: list[ToolSpec]) -> tuple[ToolChoice, bool | None]:
+    """`tool_choice` -> (choice, parallel calls allowed: None when unsaid, which leaves it
+    to the model's template). auto | any (-> required) | tool (-> that function) | none;
+    absent means auto (none without tools)."""
     if raw is None:
-        return ToolChoice("auto" if tools else "none"), True
+        return ToolChoice("auto" if tools else "none"), None
     f = Fields(raw, "tool_choice")
     kind = f.text("type", required=True)
-    parallel = not f.flag("disable_parallel_tool_use", False)
+    disable = f.flag("disable_parallel_tool_use", None)
+    parallel = None if disable is None else not disable
     if kind in ("auto", "none"):
         return ToolChoice("auto" if tools and kind == "auto" else "none"), parallel
     if not tools:
@@ -151,7 +154,10 @@ def _grammar(f: Fields) -> Grammar | None:
     schema = ff.obj("schema")
     if schema is None:
         raise InvalidRequest(f"'{where}.schema' is required", param=f"{where}.schema")
-    return Grammar.from_json_schema(dict(schema), strict=True)
+    # `strict` (a llamay extension here): refuse what cannot be enforced, instead of
+    # validating it afterwards and reporting it in `schema_check`.
+    strict = bool(ff.flag("strict", False))
+    return schema_grammar(dict(schema), json_style(f), strict=strict, param=f"{where}.schema")
 
 
 def _stop(f: Fields) -> tuple[str, ...]:

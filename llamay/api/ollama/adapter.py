@@ -12,6 +12,7 @@ from typing import Any
 from ...chat.tools import ToolCall
 from ...engine.request import ConstraintPlan, GenerateRequest
 from ...types import FinishEvent, StopSpec, TokenEvent
+from ..chatflow import output_limit
 from .schemas import Generation
 
 __all__ = [
@@ -43,13 +44,12 @@ def nanos(seconds: float) -> int:
 
 
 def engine_request(
-    tokens: list[int], gen: Generation, n_ctx: int, plan: ConstraintPlan | None
+    tokens: list[int], gen: Generation, n_ctx: int, plan: ConstraintPlan | None, *, default_max: int
 ) -> GenerateRequest:
-    """One engine request. num_predict is capped by what the context leaves; Ollama's
-    repeat_last_n -1 means the whole context."""
-    max_tokens = gen.num_predict
-    if max_tokens is not None:
-        max_tokens = min(max_tokens, max(1, n_ctx - len(tokens)))
+    """One engine request. num_predict is capped by what the context leaves, and
+    constrained output without it by `default_max` or its schema (chatflow.output_limit);
+    Ollama's repeat_last_n -1 means the whole context."""
+    max_tokens = output_limit(plan, gen.num_predict, default_max, n_ctx - len(tokens))
     sampling = gen.sampling
     if gen.repeat_whole_context:
         sampling = replace(sampling, repeat_last_n=n_ctx)

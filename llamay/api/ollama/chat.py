@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ from ...engine.request import ConstraintPlan
 from ...errors import EngineError, InvalidRequest, LlamayError
 from ...runtime import LoadedModel
 from ...types import ErrorEvent, FinishEvent, TokenEvent
+from .. import jsonformat
 from ..chatflow import ChatOptions, ChatSetup, prepare_chat
 from ..http import read_json, until_disconnect
 from ..openai.common import check_plan
@@ -151,7 +153,10 @@ async def _run(request: Request, turn: Turn, tokens: list[int], plan: Constraint
             lm.engine.n_ctx,
         )
     await check_plan(lm, plan)
-    streams = submit_all(lm.engine, [adapter.engine_request(tokens, gen, lm.engine.n_ctx, plan)])
+    default_max = request.app.state.runtime.config.max_tokens
+    streams = submit_all(
+        lm.engine, [adapter.engine_request(tokens, gen, lm.engine.n_ctx, plan, default_max=default_max)]
+    )
     if turn.common.stream:
         return ndjson_response(_lines(turn, streams[0]))
     text, fin, events = await until_disconnect(request, _collect(streams[0]))
@@ -160,7 +165,17 @@ async def _run(request: Request, turn: Turn, tokens: list[int], plan: Constraint
     reply.finish()
     whole = Step(reply.thinking, reply.content, reply.tool_calls)
     lps = [adapter.logprob_json(e) for e in events] if turn.common.logprobs else None
-    return JSONResponse(_final(turn, fin, whole, lps, [e.token for e in events]))
+    final = _final(turn, fin, whole, lps, [e.token for e in events])
+    return JSONResponse({**final, **await _check(turn, reply.content, fin)})
+
+
+async def _check(turn: Turn, content: str, fin: FinishEvent) -> dict[str, Any]:
+    """`{"schema_check": ...}` when `format` was not enforced in full, else {}."""
+    grammar = turn.common.grammar
+    if grammar is None or not grammar.unenforced:
+        return {}
+    report = await asyncio.to_thread(jsonformat.check, grammar, content, complete=fin.reason == "stop")
+    return {"schema_check": report} if report is not None else {}
 
 
 async def _collect(stream: EventStream) -> tuple[str, FinishEvent, list[TokenEvent]]:
@@ -235,7 +250,8 @@ async def _lines(turn: Turn, stream: EventStream) -> AsyncIterator[bytes]:
             )
             if step:
                 yield ndjson_line(_chunk(turn, step, None))
-            yield ndjson_line(_final(turn, ev, Step(), None, generated))
+            final = _final(turn, ev, Step(), None, generated)
+            yield ndjson_line({**final, **await _check(turn, reply.content, ev)})
         else:
             yield ndjson_line({"error": f"generation failed: {ev.error}"})
             return

@@ -19,6 +19,7 @@ from ...errors import InvalidRequest
 from ...grammar import Grammar
 from ...types import SamplingParams
 from ..fields import Fields
+from ..jsonformat import json_object, json_style, schema_grammar
 from .messages import chat_messages, no_images
 
 __all__ = [
@@ -223,15 +224,18 @@ _KNOWN_OPTIONS = frozenset(
 
 
 def _format(f: Fields) -> Grammar | None:
-    """`format`: "json" (any JSON object) or a JSON schema, enforced in full: a keyword
-    that cannot be enforced is a 400 naming it, as on every other route."""
+    """`format`: "json" (any JSON object) or a JSON schema, with the shared `strict`,
+    `json_layout` and `schema_shape` fields (see api.jsonformat)."""
     raw = f.raw("format")
     if raw is None or raw == "":
         return None
+    style = json_style(f)
     if raw == "json":
-        return Grammar.json_object(param="format")
+        return json_object(style, param="format")
     if isinstance(raw, Mapping):
-        return Grammar.from_json_schema(dict(raw), strict=True, param="format")
+        # `strict` (a llamay extension): refuse what cannot be enforced, instead of
+        # validating it afterwards and reporting it in `schema_check`.
+        return schema_grammar(dict(raw), style, strict=bool(f.flag("strict", False)), param="format")
     raise InvalidRequest(f"'format' must be \"json\" or a JSON schema object, not {raw!r}", param="format")
 
 

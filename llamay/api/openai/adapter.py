@@ -10,6 +10,7 @@ from typing import Any
 
 from ...engine.request import ConstraintPlan, GenerateRequest, SessionSpec
 from ...types import FinishEvent, SamplingParams, StopSpec, TokenEvent, Usage
+from ..chatflow import output_limit
 from .schemas import Common
 
 __all__ = [
@@ -31,16 +32,15 @@ def new_id(prefix: str) -> str:
 
 
 def requests_for(
-    tokens: list[int], common: Common, n_ctx: int, plan: ConstraintPlan | None = None
+    tokens: list[int], common: Common, n_ctx: int, plan: ConstraintPlan | None = None, *, default_max: int
 ) -> list[GenerateRequest]:
     """One engine request per choice. With a seed, choice i uses seed + i so that n > 1
     gives different texts that are still reproducible. `plan` defaults to the request's
-    grammar, active from the first token."""
+    grammar, active from the first token. `default_max` limits constrained output when
+    the request sets no limit (see chatflow.output_limit)."""
     if plan is None and common.grammar is not None:
         plan = ConstraintPlan(common.grammar, label="json")
-    max_tokens = common.max_tokens
-    if max_tokens is not None:
-        max_tokens = min(max_tokens, max(1, n_ctx - len(tokens)))
+    max_tokens = output_limit(plan, common.max_tokens, default_max, n_ctx - len(tokens))
     stop = StopSpec(max_tokens=max_tokens, stop=common.stop)
     out = []
     for i in range(common.n):

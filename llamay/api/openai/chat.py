@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,6 +13,7 @@ from starlette.responses import Response
 from ...engine.client import EventStream, merge, submit_all
 from ...runtime import Runtime
 from ...types import ErrorEvent, FinishEvent, TokenEvent, Usage
+from .. import jsonformat
 from ..chatflow import ChatOutput, ChatSetup, Piece, prepare_chat
 from ..http import json_response, read_json, sse_frame, sse_response, until_disconnect
 from . import adapter
@@ -29,7 +31,12 @@ async def chat_completions(request: Request) -> Response:
     setup = prepare_chat(lm, req.options)
     await check_plan(lm, setup.plan)
     async with session_tokens(request, lm, req.common, setup.tokens, setup.text) as tokens:
-        streams = submit_all(lm.engine, adapter.requests_for(tokens, req.common, lm.engine.n_ctx, setup.plan))
+        streams = submit_all(
+            lm.engine,
+            adapter.requests_for(
+                tokens, req.common, lm.engine.n_ctx, setup.plan, default_max=runtime.config.max_tokens
+            ),
+        )
     rid = adapter.new_id("chatcmpl")
     if req.common.stream:
         return sse_response(_frames(rid, lm.name, req, setup, streams))
@@ -40,7 +47,19 @@ async def chat_completions(request: Request) -> Response:
         out.push(text)
         out.finish()
         _fill_message(choice, out, fin)
+        await _add_check(choice, req, out, fin)
     return json_response(body)
+
+
+async def _add_check(choice: dict[str, Any], req: ChatRequest, out: ChatOutput, fin: FinishEvent) -> None:
+    """A schema that was not enforced in full: say so, and whether the answer satisfies it."""
+    if req.common.grammar is None or not req.common.grammar.unenforced:
+        return
+    report = await asyncio.to_thread(
+        jsonformat.check, req.common.grammar, out.content, complete=fin.reason == "stop"
+    )
+    if report is not None:
+        choice["schema_check"] = report
 
 
 def _fill_message(choice: dict[str, Any], out: ChatOutput, fin: FinishEvent) -> None:
@@ -79,28 +98,33 @@ async def _frames(
     usages: list[Usage] = []
     outputs = [setup.output() for _ in streams]
 
-    def chunk(i: int, delta: dict[str, Any], **kw: Any) -> bytes:
-        return sse_frame(adapter.chat_chunk(rid, model, created, i, delta, with_usage_field=usage_on, **kw))
+    def chunk(i: int, delta: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        return adapter.chat_chunk(rid, model, created, i, delta, with_usage_field=usage_on, **kw)
 
     for i in range(len(streams)):
-        yield chunk(i, {"role": "assistant", "content": ""})
+        yield sse_frame(chunk(i, {"role": "assistant", "content": ""}))
     async for i, ev in merge(streams):
         if isinstance(ev, TokenEvent):
             pieces = outputs[i].push(ev.text)
             if req.logprobs:
                 said = "".join(p.text for p in pieces if p.kind == "content")
-                yield chunk(i, {"content": said}, logprobs=[adapter.chat_logprob_json(ev)])
+                yield sse_frame(chunk(i, {"content": said}, logprobs=[adapter.chat_logprob_json(ev)]))
                 pieces = [p for p in pieces if p.kind != "content"]
             for p in pieces:
-                yield chunk(i, _delta(p))
+                yield sse_frame(chunk(i, _delta(p)))
         elif isinstance(ev, FinishEvent):
             for p in outputs[i].push(ev.text) + outputs[i].finish():
-                yield chunk(i, _delta(p))
+                yield sse_frame(chunk(i, _delta(p)))
             usages.append(ev.usage)
             reason = adapter.finish_reason(ev)
             if outputs[i].calls and ev.reason == "stop":
                 reason = "tool_calls"
-            yield chunk(i, {}, finish=reason)
+            last = chunk(i, {}, finish=reason)
+            report: dict[str, Any] = {}
+            await _add_check(report, req, outputs[i], ev)
+            if report:
+                last["choices"][0].update(report)
+            yield sse_frame(last)
         elif isinstance(ev, ErrorEvent):
             yield sse_frame({"error": {"message": f"generation failed: {ev.error}", "type": "server_error"}})
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,6 +16,7 @@ from ...engine.request import ConstraintPlan
 from ...errors import InvalidRequest
 from ...runtime import LoadedModel, Runtime
 from ...types import FinishEvent, TokenEvent, Usage
+from .. import jsonformat
 from ..http import json_response, read_json, sse_frame, sse_response, until_disconnect
 from . import adapter
 from .chat import chat_completions
@@ -44,7 +46,10 @@ async def completions(request: Request) -> Response:
     # The first prompt is submitted at once so that a session is reserved and released in one place.
     async with session_tokens(request, lm, req.common, prompts[0], text) as first:
         prompts[0] = first
-        first_streams = submit_all(lm.engine, adapter.requests_for(first, req.common, lm.engine.n_ctx))
+        first_streams = submit_all(
+            lm.engine,
+            adapter.requests_for(first, req.common, lm.engine.n_ctx, default_max=runtime.config.max_tokens),
+        )
     rid = adapter.new_id("cmpl")
     want_lp = req.logprobs is not None
     if req.common.stream:
@@ -52,17 +57,27 @@ async def completions(request: Request) -> Response:
         return sse_response(_completion_frames(rid, lm.name, req.common, first_streams, echo, want_lp))
     choices: list[Choice] = []
     prefixes: list[str] = []
+    reports: list[dict[str, Any] | None] = []
     for i, tokens in enumerate(prompts):
         streams = (
             first_streams
             if i == 0
-            else submit_all(lm.engine, adapter.requests_for(tokens, req.common, lm.engine.n_ctx))
+            else submit_all(
+                lm.engine,
+                adapter.requests_for(
+                    tokens, req.common, lm.engine.n_ctx, default_max=runtime.config.max_tokens
+                ),
+            )
         )
         prefix = lm.model.detokenize(tokens) if req.echo else ""
         got = await until_disconnect(request, collect(streams, want_lp))
         choices.extend((prefix + text, fin, evs) for text, fin, evs in got)
         prefixes.extend(prefix for _ in got)
+        reports.extend([await _check(req.common, text, fin) for text, fin, _ in got])
     body = adapter.completion_response(rid, lm.name, choices)
+    for choice, report in zip(body["choices"], reports, strict=True):
+        if report is not None:
+            choice["schema_check"] = report
     if want_lp:  # text offsets count from the start of each choice's text (after the echo)
         for choice, prefix in zip(body["choices"], prefixes, strict=True):
             choice["logprobs"]["text_offset"] = [o + len(prefix) for o in choice["logprobs"]["text_offset"]]
@@ -75,11 +90,13 @@ async def _completion_frames(
     created = int(time.time())
     usage_on = common.include_usage
     usages: list[Usage] = []
+    texts = [""] * len(streams)
     if echo:
         for i in range(len(streams)):
             yield sse_frame(adapter.completion_chunk(rid, model, created, i, echo, with_usage_field=usage_on))
     async for i, ev in merge(streams):
         if isinstance(ev, TokenEvent):
+            texts[i] += ev.text
             if not ev.text and not want_lp:
                 continue
             lp = adapter.completion_logprobs_json([ev], 0) if want_lp else None
@@ -90,23 +107,27 @@ async def _completion_frames(
             )
         elif isinstance(ev, FinishEvent):
             usages.append(ev.usage)
-            yield sse_frame(
-                adapter.completion_chunk(
-                    rid,
-                    model,
-                    created,
-                    i,
-                    ev.text,
-                    finish=adapter.finish_reason(ev),
-                    with_usage_field=usage_on,
-                )
+            texts[i] += ev.text
+            last = adapter.completion_chunk(
+                rid, model, created, i, ev.text, finish=adapter.finish_reason(ev), with_usage_field=usage_on
             )
+            report = await _check(common, texts[i], ev)
+            if report is not None:
+                last["choices"][0]["schema_check"] = report
+            yield sse_frame(last)
         else:
             yield sse_frame({"error": {"message": f"generation failed: {ev.error}", "type": "server_error"}})
             return
     if usage_on:
         yield sse_frame(adapter.usage_chunk(rid, model, created, "text_completion", usages))
     yield sse_frame("[DONE]")
+
+
+async def _check(common: Common, text: str, fin: FinishEvent) -> dict[str, Any] | None:
+    """The schema report of one choice (see jsonformat.check), off the event loop."""
+    if common.grammar is None or not common.grammar.unenforced:
+        return None
+    return await asyncio.to_thread(jsonformat.check, common.grammar, text, complete=fin.reason == "stop")
 
 
 async def list_models(request: Request) -> Response:

@@ -12,6 +12,7 @@ from ...grammar import Grammar
 from ...types import SamplingParams
 from ..chatflow import ChatOptions
 from ..fields import Fields
+from ..jsonformat import json_object, json_style, schema_grammar
 
 __all__ = ["ChatRequest", "CompletionRequest", "parse_chat", "parse_completion", "Common"]
 
@@ -160,8 +161,9 @@ def _grammar(f: Fields) -> Grammar | None:
     kind = ff.text("type", required=True)
     if kind == "text":
         return None
+    style = json_style(f)
     if kind == "json_object":
-        return Grammar.json_object()
+        return json_object(style, param="response_format")
     if kind == "json_schema":
         spec = Fields(ff.obj("json_schema") or {}, "response_format.json_schema")
         schema = spec.raw("schema")
@@ -169,13 +171,10 @@ def _grammar(f: Fields) -> Grammar | None:
             raise InvalidRequest(
                 "'response_format.json_schema.schema' is required", param="response_format.json_schema.schema"
             )
-        if not isinstance(schema, dict | bool):
-            raise InvalidRequest(
-                "'response_format.json_schema.schema' must be a JSON schema object",
-                param="response_format.json_schema.schema",
-            )
-        spec.flag("strict", False)  # type-checked only: every schema is enforced in full, or refused
-        return Grammar.from_json_schema(schema, strict=True)
+        # strict: a keyword that cannot be enforced is a 400; otherwise it is validated
+        # afterwards and reported on the choice (jsonformat.check).
+        strict = bool(spec.flag("strict", False))
+        return schema_grammar(schema, style, strict=strict, param="response_format")
     raise InvalidRequest(
         f"'response_format.type' must be one of text, json_object, json_schema (got {kind!r})",
         param="response_format.type",
@@ -220,7 +219,7 @@ def chat_options(f: Fields, messages: list[dict[str, Any]], grammar: Grammar | N
         messages=messages,
         tools=tools,
         tool_choice=choice,
-        parallel_tool_calls=f.flag("parallel_tool_calls", True),
+        parallel_tool_calls=f.flag("parallel_tool_calls", None),  # None: the template decides
         grammar=grammar,
         thinking=thinking,
         thinking_budget=f.integer("reasoning_budget_tokens", None, lo=0),
