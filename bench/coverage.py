@@ -19,8 +19,9 @@ budget (bench.coverage_pool), so a pathological schema costs a timeout, not the 
 Reported per draft (the draft a schema declares; undeclared counts as 2020-12), per
 source and overall: n; compiled (non-strict, and compiled for a tokenizer) with its
 share; enforced exactly (nothing unenforced) and enforced with validation (something
-left to the after-the-fact check); refusals grouped by the SchemaError's keyword (or the
-error's first words when it names none); refusals for an annotation, unknown keyword or
+left to the after-the-fact check); refusals grouped by the SchemaError's keyword (with
+llguidance's error when it failed on what the compiler passed it, or the error's first
+words when it names no keyword); refusals for an annotation, unknown keyword or
 draft, which must be 0; timeouts and errors; the strict and llguidance-alone compiled
 counts. For the suite, every test instance is also matched against the non-strict
 grammar: accepted-but-wrong (an invalid instance that the grammar matches and nothing
@@ -166,9 +167,10 @@ def is_failure(reason: str) -> bool:
 
 def is_annotation_or_draft(reason: str) -> bool:
     """A refusal naming a keyword that neither asserts nor structures anything."""
-    if is_failure(reason) or ": " in reason:
+    keyword = reason.split(": ", 1)[0]  # "keyword: cause" for llguidance failures
+    if is_failure(reason) or keyword in ("compile", "llguidance"):
         return False  # not a SchemaError naming a keyword
-    return reason not in STRUCTURAL
+    return keyword not in STRUCTURAL
 
 
 @dataclass

@@ -79,6 +79,16 @@ def _short_reason(prefix: str, message: str) -> str:
     return f"{prefix}: {head[:80]}"
 
 
+def _schema_error_reason(e: Any) -> str:
+    """The keyword; for llguidance failing on what the compiler passed it ("keyword ...
+    cannot be enforced: <llguidance's error>"), the keyword and the error's first words."""
+    keyword = getattr(e, "keyword", None)
+    if not keyword:
+        return _short_reason("compile", e.message)
+    _, found, cause = e.message.partition("cannot be enforced: ")
+    return _short_reason(keyword, cause) if found else str(keyword)
+
+
 def _llamay(task: Task) -> dict[str, Any]:
     from llamay.errors import GrammarError
     from llamay.grammar import SchemaError, byte_tokenizer, compile_cached
@@ -87,7 +97,7 @@ def _llamay(task: Task) -> dict[str, Any]:
         grammar = build_grammar(task.schema, strict=task.mode == "strict")
         compile_cached(grammar, byte_tokenizer())
     except SchemaError as e:
-        return _refused(getattr(e, "keyword", None) or _short_reason("compile", e.message), e.message)
+        return _refused(_schema_error_reason(e), e.message)
     except GrammarError as e:
         return _refused(_short_reason("compile", e.message), e.message)
     unenforced = list(unenforced_of(grammar))

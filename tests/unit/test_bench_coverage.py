@@ -62,6 +62,9 @@ def test_refusal_keywords_classified() -> None:
     assert is_annotation_or_draft("$schema") and is_annotation_or_draft("title")
     assert not is_annotation_or_draft("uniqueItems") and not is_annotation_or_draft("false")
     assert not is_annotation_or_draft("compile: grammar too big") and not is_annotation_or_draft("timeout")
+    assert is_annotation_or_draft("$schema: unknown draft") and not is_annotation_or_draft(
+        "type: schema too large"
+    )
 
 
 def test_variants_reorder_keys_and_write_integral_floats_as_ints() -> None:
