@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         for spec in MODELS:
             models[spec.key] = bench_model(spec, sizes, issues, tools=spec is MODELS[0])
     phases: dict[str, float] = {}
-    with phase(phases, "coverage", f"schema coverage, every {sizes.coverage_every}. schema"):
+    with phase(phases, "coverage", f"schema coverage, 1 in {sizes.coverage_every} schemas"):
         coverage = run_coverage(every=sizes.coverage_every)
     coverage["phase_s"] = phases["coverage"]
     print_json(report(models, coverage, sizes, args.quick, issues, time.perf_counter() - started))
