@@ -173,14 +173,15 @@ def test_max_tokens_is_required_except_for_counting() -> None:
 @pytest.mark.parametrize(
     ("choice", "want", "parallel"),
     [
-        (None, ToolChoice("auto"), True),
-        ({"type": "auto"}, ToolChoice("auto"), True),
+        (None, ToolChoice("auto"), None),  # unsaid: the model's template decides
+        ({"type": "auto"}, ToolChoice("auto"), None),
         ({"type": "any", "disable_parallel_tool_use": True}, ToolChoice("required"), False),
-        ({"type": "tool", "name": "get_weather"}, ToolChoice("function", "get_weather"), True),
-        ({"type": "none"}, ToolChoice("none"), True),
+        ({"type": "any", "disable_parallel_tool_use": False}, ToolChoice("required"), True),
+        ({"type": "tool", "name": "get_weather"}, ToolChoice("function", "get_weather"), None),
+        ({"type": "none"}, ToolChoice("none"), None),
     ],
 )
-def test_tool_choice(choice: Any, want: ToolChoice, parallel: bool) -> None:
+def test_tool_choice(choice: Any, want: ToolChoice, parallel: bool | None) -> None:
     req = parse_messages_request(body(tools=[WEATHER], **({"tool_choice": choice} if choice else {})))
     assert req.options.tool_choice == want and req.options.parallel_tool_calls is parallel
     spec = req.options.tools[0]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from llamay.chat.reasoning import ReasoningMarkers
-from llamay.chat.tools import FORMATS, ToolChoice, ToolPlan, parse_tools, think_first
+from llamay.chat.tools import FORMATS, ToolChoice, ToolPlan, parse_tools, supports_parallel_calls, think_first
 from llamay.grammar import Constraint, byte_tokenizer
 
 TOOLS = parse_tools(
@@ -217,3 +217,22 @@ def test_think_first_token_markers() -> None:
     opened = think_first(plan, markers, started=True, special=special)
     assert accepts(opened, "hmm", 260, 256, *body)
     assert not accepts(opened, 256, *body)
+
+
+@pytest.mark.parametrize(
+    ("template", "several"),
+    [
+        (None, False),
+        ("{% for m in messages %}{{ m['content'] }}{% endfor %}", False),  # no tool support
+        ("{%- for tool_call in message.tool_calls %}<tool_call>{{ tool_call }}{% endfor %}", True),
+        ("{% for call in message['tool_calls'] %}{{ call.function.name }}{% endfor %}", True),
+        (  # Llama 3.1: one call per turn, or the template raises
+            "{%- if not message.tool_calls|length == 1 %}{{- raise_exception('This model only supports "
+            "single tool-calls at once!') }}{%- endif %}{%- set tool_call = message.tool_calls[0].function %}",
+            False,
+        ),
+        ("{# for tool_call in message.tool_calls #} tool_calls in text only", False),
+    ],
+)
+def test_parallel_calls_follow_what_the_template_can_show(template: str | None, several: bool) -> None:
+    assert supports_parallel_calls(template) is several

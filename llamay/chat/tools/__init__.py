@@ -12,7 +12,7 @@ from .generic import GenericFormat
 from .hermes import HermesFormat
 from .llama3 import Llama3Format
 from .mistral import MistralFormat
-from .registry import FORMATS, detect_format, get_format
+from .registry import FORMATS, detect_format, get_format, supports_parallel_calls
 from .spec import FINISH_TOOL, ToolCall, ToolChoice, ToolSpec, parse_tool_choice, parse_tools
 from .stream import ToolStreamParser, new_call_id
 
@@ -39,5 +39,6 @@ __all__ = [
     "new_call_id",
     "parse_tool_choice",
     "parse_tools",
+    "supports_parallel_calls",
     "think_first",
 ]

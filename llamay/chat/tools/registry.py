@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ..template import ChatTemplate
@@ -11,7 +12,7 @@ from .hermes import HermesFormat
 from .llama3 import Llama3Format
 from .mistral import MistralFormat
 
-__all__ = ["FORMATS", "detect_format", "get_format", "uses_tools"]
+__all__ = ["FORMATS", "detect_format", "get_format", "supports_parallel_calls", "uses_tools"]
 
 FORMATS: dict[str, ToolFormat] = {
     "hermes": HermesFormat(),
@@ -23,6 +24,13 @@ FORMATS: dict[str, ToolFormat] = {
 _JINJA_CODE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.DOTALL)
 _TOOLS_VAR = re.compile(r"\btools\b")
 _PROBE = "llamay-system-probe"
+# `{% for call in message.tool_calls %}` (any spelling of the access): the template writes
+# every call of an assistant turn.
+_CALLS_LOOP = re.compile(r"\{%-?\s*for\s+[\w\s,]+\s+in\s+[^%]*\btool_calls\b")
+# Meta's Llama 3.x templates refuse a turn with more than one call.
+_SINGLE_CALL = re.compile(
+    r"single tool[- ]?calls?|tool_calls\s*\|\s*length\s*==\s*1|tool_calls\s*\|\s*length\s*!=\s*1"
+)
 
 
 def get_format(name: str) -> ToolFormat:
@@ -33,6 +41,20 @@ def get_format(name: str) -> ToolFormat:
 def uses_tools(template_source: str) -> bool:
     """The template reads the `tools` variable (in Jinja code, not in its text)."""
     return any(_TOOLS_VAR.search(code) for code in _JINJA_CODE.findall(template_source))
+
+
+@functools.lru_cache(maxsize=64)
+def supports_parallel_calls(template_source: str | None) -> bool:
+    """The template can render an assistant turn holding several tool calls: it loops over
+    a message's `tool_calls` and does not insist on exactly one. A model whose template
+    cannot show it several calls in one turn has never been taught to make them, and a
+    small one asked to keep going invents call after call; so this is the default of
+    `parallel_tool_calls` when a request does not say. No template, or one without tool
+    support (the generic format), gives False."""
+    src = template_source or ""
+    if _SINGLE_CALL.search(src):
+        return False
+    return any(_CALLS_LOOP.search(code) for code in _JINJA_CODE.findall(src))
 
 
 def detect_format(template_source: str | None, special: Special) -> ToolFormat:
