@@ -7,19 +7,30 @@ until max_tokens. When the text just generated repeats an earlier run of at leas
 the push away from it. Only the last `window` tokens are searched. Structural tokens
 (JSON punctuation and whitespace) are never penalised, so the format itself is free to
 repeat, and a token the grammar forces is unaffected because nothing else is allowed.
-Copying from the prompt is not an echo: a continuation whose last few tokens also occur
-in the prompt (an extracted date that shares its year with an earlier one) is left alone.
+Copying from the prompt is not an echo, as often as the prompt holds the copied text: a
+continuation whose last few tokens occur in the prompt (an extracted date that shares its
+year with an earlier one) is left alone until the output holds that run as often as the
+prompt does; a second copy of a name the prompt names once is an echo like any other.
+
+A penalty alone turns a loop into invention: a small model that wants to repeat the last
+list item, or call the same tool again, writes a new item instead when its echo is pushed
+down, and goes on until max_tokens. So the moment the model's own first choice inside a
+JSON array is an echo, that array is spent (`ArraySiblings`): from then on a token that
+would start another element is pushed down by `SIBLING_PENALTY`, and the model ends the
+element it is writing and closes the array. Both depend only on the sequence's own
+history and prompt, so greedy output stays deterministic whatever shares the batch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import InvalidRequest
 
-__all__ = ["RepetitionParams", "NgramPenalty", "structural_tokens"]
+__all__ = ["RepetitionParams", "NgramPenalty", "ArraySiblings", "SIBLING_PENALTY", "structural_tokens"]
 
 _STRUCTURAL = set(b'{}[],:" \t\r\n')
 
@@ -52,7 +63,10 @@ def structural_tokens(pieces: list[bytes]) -> np.ndarray:
 
 class NgramPenalty:
     """Per request. `penalize(logits, history)` returns logits with echoes pushed down
-    (a new array; the input, llama.cpp's buffer, is never written)."""
+    (a new array; the input, llama.cpp's buffer, is never written). With `pieces` (every
+    token's bytes) and `allowed` (the grammar's verdict on a token) it also keeps the
+    request's `ArraySiblings` and applies them; `history` must then be the same list
+    growing from call to call (the generated tokens)."""
 
     SOURCE_GRAM = 4  # a continuation is "copying" when its last 4 tokens occur in the prompt
 
@@ -63,7 +77,8 @@ class NgramPenalty:
         self.structural = structural
         g = self.SOURCE_GRAM
         src = source or []
-        self._source = {tuple(src[i : i + g]) for i in range(len(src) - g + 1)}
+        self._source = Counter(tuple(src[i : i + g]) for i in range(len(src) - g + 1))
+        self.siblings: ArraySiblings | None = None
 
     def penalties(self, history: list[int]) -> dict[int, float]:
         p = self.params
@@ -72,7 +87,7 @@ class NgramPenalty:
         if n <= p.allowed_length:
             return {}
         last = h[-1]
-        out: dict[int, float] = {}
+        found: dict[int, tuple[int, int]] = {}  # continuation -> (longest match, copies so far)
         arr = np.asarray(h[:-1])
         for pos in np.flatnonzero(arr == last):
             j = int(pos)
@@ -80,21 +95,162 @@ class NgramPenalty:
             while j - length >= 0 and h[j - length] == h[n - 1 - length] and length < n - 1 - j:
                 length += 1
             nxt = h[j + 1]
-            if length >= p.allowed_length and not self.structural[nxt] and not self._copying(h, nxt):
-                pen = p.multiplier * p.base ** (length - p.allowed_length)
-                if pen > out.get(nxt, 0.0):
-                    out[nxt] = pen
+            if length >= p.allowed_length and not self.structural[nxt]:
+                best, copies = found.get(nxt, (0, 0))
+                # A match of SOURCE_GRAM - 1 tokens continued by `nxt` is one earlier
+                # output of the gram that continuing would write again.
+                found[nxt] = (max(best, length), copies + (length >= self.SOURCE_GRAM - 1))
+        out: dict[int, float] = {}
+        for nxt, (length, copies) in found.items():
+            if not self._copying(h, nxt, copies):
+                out[nxt] = p.multiplier * p.base ** (length - p.allowed_length)
         return out
 
-    def _copying(self, h: list[int], nxt: int) -> bool:
+    def _copying(self, h: list[int], nxt: int, copies: int) -> bool:
+        """Continuing with `nxt` copies the prompt, and the output has not yet copied that
+        run as often as the prompt holds it (the first copy is free, the Nth is not)."""
         g = self.SOURCE_GRAM
-        return len(h) >= g - 1 and (*h[len(h) - g + 1 :], nxt) in self._source
+        return len(h) >= g - 1 and copies < self._source.get((*h[len(h) - g + 1 :], nxt), 0)
 
-    def penalize(self, logits: np.ndarray, history: list[int]) -> np.ndarray:
+    def penalize(
+        self,
+        logits: np.ndarray,
+        history: list[int],
+        pieces: list[bytes] | None = None,
+        allowed: np.ndarray | None = None,
+        prefix: bytes = b"",
+    ) -> np.ndarray:
+        """`allowed`: one bool per token (the grammar's mask), needed with `pieces`. The
+        first such call starts the JSON scan: `history` so far is text before the
+        constraint began, skipped, and `prefix` is the constrained text it already holds
+        (a trigger that is itself the start of the JSON)."""
         pens = self.penalties(history)
+        if pieces is not None and allowed is not None:
+            if self.siblings is None:
+                self.siblings = ArraySiblings(pieces, start=len(history), prefix=prefix)
+            siblings = self.siblings
+            siblings.advance(history)
+            if pens:
+                siblings.note_echo(logits, pens, allowed)
+            pens = siblings.penalties(pens, allowed)
         if not pens:
             return logits
         out = np.array(logits, dtype=np.float32, copy=True)
         ids = np.fromiter(pens.keys(), dtype=np.int64)
         out[ids] -= np.fromiter(pens.values(), dtype=np.float32)
+        return out
+
+
+SIBLING_PENALTY = 12.0
+"""Pushes down a token that would start another element of a spent array: far more than
+the gap between `,` and `]` a small model leaves (1-3 logits), finite so that a grammar
+that allows nothing else still has a token to choose."""
+
+
+@dataclass
+class _Scan:
+    """Where a byte stream stands inside JSON: open containers ('[' or '{', with whether
+    an array is spent) and whether it is inside a string. Text that is not JSON (a
+    preamble, tags around tool calls) is skipped by the same rules, harmlessly: only
+    arrays are acted on, and only while they are open."""
+
+    stack: list[list[object]] = field(default_factory=list)  # [kind, spent, expecting a key]
+    in_string: bool = False
+    escaped: bool = False
+    key: bool = False  # the open string is an object key
+
+    def copy(self) -> _Scan:
+        return _Scan([list(f) for f in self.stack], self.in_string, self.escaped, self.key)
+
+    @property
+    def in_value_string(self) -> bool:
+        return self.in_string and not self.key
+
+    def feed(self, data: bytes, watch: int | None = None) -> bool:
+        """Consume `data`; True when a `,` lands directly in the container at stack depth
+        `watch` (which must stay open until then)."""
+        for b in data:
+            if self.in_string:
+                if self.escaped:
+                    self.escaped = False
+                elif b == 0x5C:  # backslash
+                    self.escaped = True
+                elif b == 0x22:
+                    self.in_string = False
+            elif b == 0x22:
+                self.in_string = True
+                self.key = bool(self.stack) and self.stack[-1][0] == "{" and bool(self.stack[-1][2])
+            elif b in (0x5B, 0x7B):  # [ {
+                self.stack.append(["[" if b == 0x5B else "{", False, b == 0x7B])
+            elif b in (0x5D, 0x7D):  # ] }
+                if self.stack:
+                    self.stack.pop()
+                if watch is not None and len(self.stack) <= watch:
+                    return False  # the watched array closed: not a new element
+            elif b == 0x3A and self.stack:  # :
+                self.stack[-1][2] = False
+            elif b == 0x2C:
+                if watch is not None and len(self.stack) == watch + 1:
+                    return True
+                if self.stack:
+                    self.stack[-1][2] = self.stack[-1][0] == "{"
+        return False
+
+    def innermost_array(self) -> int | None:
+        for depth in range(len(self.stack) - 1, -1, -1):
+            if self.stack[depth][0] == "[":
+                return depth
+        return None
+
+
+class ArraySiblings:
+    """Per request: which JSON arrays of the output are spent (the model's first choice
+    inside one was an echo) and which tokens would open another element of one.
+
+    `advance(history)` feeds the tokens generated since the last call; `note_echo` marks
+    the innermost open array spent when the best allowed raw logit belongs to a token the
+    n-gram penalty pushes down; `penalties` adds SIBLING_PENALTY for every allowed token
+    that would put a `,` directly into a spent array (from the current state: `",` ends a
+    string element and starts another, `},` ends a tool call and starts another)."""
+
+    def __init__(self, pieces: list[bytes], start: int = 0, prefix: bytes = b"") -> None:
+        self.pieces = pieces
+        self.scan = _Scan()
+        self.scan.feed(prefix)
+        self.seen = start
+        self._commas = np.array([b"," in p for p in pieces], dtype=bool)
+
+    def advance(self, history: list[int]) -> None:
+        for t in history[self.seen :]:
+            self.scan.feed(self.pieces[t])
+        self.seen = len(history)
+
+    def note_echo(self, logits: np.ndarray, pens: dict[int, float], allowed: np.ndarray) -> None:
+        # Only inside a value string: keys and punctuation repeat by design, numbers
+        # share digits, and a token the grammar forces is no choice of the model's.
+        depth = self.scan.innermost_array()
+        if depth is None or self.scan.stack[depth][1] or not self.scan.in_value_string:
+            return
+        echoes = [t for t in pens if allowed[t]]
+        if not echoes:
+            return
+        best_echo = max(float(logits[t]) for t in echoes)
+        allowed_logits = logits[: len(allowed)][allowed]
+        if len(allowed_logits) > 1 and best_echo >= float(np.max(allowed_logits)):
+            self.scan.stack[depth][1] = True
+
+    def spent_depth(self) -> int | None:
+        """The depth of the innermost open array, when it is spent."""
+        depth = self.scan.innermost_array()
+        return depth if depth is not None and self.scan.stack[depth][1] else None
+
+    def penalties(self, pens: dict[int, float], allowed: np.ndarray) -> dict[int, float]:
+        depth = self.spent_depth()
+        if depth is None:
+            return pens
+        out = dict(pens)
+        for t in np.flatnonzero(self._commas[: len(allowed)] & allowed):
+            tok = int(t)
+            if self.scan.copy().feed(self.pieces[tok], watch=depth):
+                out[tok] = out.get(tok, 0.0) + SIBLING_PENALTY
         return out
