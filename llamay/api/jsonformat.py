@@ -7,12 +7,13 @@ The three APIs name the schema differently (`response_format`, `output_config.fo
 - `strict` (OpenAI's `json_schema.strict`, a top-level `strict` elsewhere): with true, a
   keyword that cannot be enforced is a 400 naming it; otherwise everything enforceable is
   enforced and the finished output is validated against the whole schema (`check`).
-- `json_layout`: "compact" (default), "indented" or "free" whitespace between tokens.
+- `json_layout`: "indented" (default: a newline and spaces between members), "compact"
+  (no whitespace) or "free" (bounded runs of any JSON whitespace).
 - `schema_shape`: "tight" (default: an object whose schema names its properties but says
   nothing of others gets no invented keys) or "free" (everything the schema allows).
 
 Generation may be stricter than the schema, never looser: every output of a tight,
-compact grammar is still valid under the caller's schema.
+indented grammar is still valid under the caller's schema.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ __all__ = ["JsonStyle", "json_style", "schema_grammar", "check", "LAYOUTS", "SHA
 
 LAYOUTS = ("compact", "indented", "free")
 SHAPES = ("tight", "free")
-# Measured on the default model over the extraction cases (bench.structured): compact
-# answers take fewer tokens for the same values and finish at least as often.
-DEFAULT_LAYOUT = "compact"
+# Measured on the default model over ten extraction cases (python -m bench.json_layout):
+# indented answers got 63% of fields right against 57% for compact ones, for 34% more
+# tokens (compact stopped in 9 of 10, indented in 8; both bounded by max_tokens). A small
+# model extracts better in the layout it was trained to write.
+DEFAULT_LAYOUT = "indented"
 DEFAULT_SHAPE = "tight"
 MAX_ERRORS = 20
 

@@ -131,14 +131,16 @@ def test_anthropic_and_ollama_report_too(server: ServerProc) -> None:
     assert strict.status_code == 400 and "uniqueItems" in strict.text
 
 
-def test_compact_and_tight_by_default(client: openai.OpenAI) -> None:
+def test_tight_by_default_and_layouts(client: openai.OpenAI) -> None:
     open_schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     for seed in range(3):
         r = ask(client, open_schema, seed)
         text = r.choices[0].message.content
         assert r.choices[0].finish_reason == "stop"
         assert list(json.loads(text)) == ["a"]  # no invented keys
-        assert text == json.dumps(json.loads(text), separators=(",", ":"))  # no whitespace
+        assert ": " in text and "\t" not in text  # indented: the key separator has its space
+        compact = ask(client, open_schema, seed, extra_body={"json_layout": "compact"}).choices[0].message.content
+        assert compact == json.dumps(json.loads(compact), separators=(",", ":"))  # no whitespace at all
 
 
 def test_schema_bounds_the_output_without_max_tokens(client: openai.OpenAI) -> None:
