@@ -222,7 +222,9 @@ def json_rule(schema_json: str, *, strict: bool, object_: bool = False) -> str:
     schema = json.loads(schema_json)
     if object_:
         schema.setdefault("type", "object")
-    lark = Grammar.from_json_schema(schema, strict=strict).lark
+    # No invented argument names: a key the schema does not name is never generated unless
+    # the schema asks for others (additionalProperties / patternProperties).
+    lark = Grammar.from_json_schema(schema, strict=strict, shape="tight").lark
     if not lark.startswith("start: %json "):  # llamay.grammar.schema.schema_lark's shape
         raise AssertionError("unexpected JSON schema grammar shape")
     return lark[len("start: ") :].strip()
