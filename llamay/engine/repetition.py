@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import InvalidRequest
 
-__all__ = ["RepetitionParams", "NgramPenalty", "ArraySiblings", "SIBLING_PENALTY", "structural_tokens"]
+__all__ = ["RepetitionParams", "NgramPenalty", "ArraySiblings", "PackedMask", "SIBLING_PENALTY", "structural_tokens"]
 
 _STRUCTURAL = set(b'{}[],:" \t\r\n')
 
@@ -117,13 +117,15 @@ class NgramPenalty:
         logits: np.ndarray,
         history: list[int],
         pieces: list[bytes] | None = None,
-        allowed: np.ndarray | None = None,
+        allowed: np.ndarray | PackedMask | None = None,
         prefix: bytes = b"",
     ) -> np.ndarray:
-        """`allowed`: one bool per token (the grammar's mask), needed with `pieces`. The
-        first such call starts the JSON scan: `history` so far is text before the
-        constraint began, skipped, and `prefix` is the constrained text it already holds
-        (a trigger that is itself the start of the JSON)."""
+        """`allowed`: the grammar's verdict per token (a bool array, or the packed mask as
+        the engine has it, read bit by bit: unpacking a large vocabulary's mask every step
+        would cost more than the rest of the penalty), needed with `pieces`. The first
+        such call starts the JSON scan: `history` so far is text before the constraint
+        began, skipped, and `prefix` is the constrained text it already holds (a trigger
+        that is itself the start of the JSON)."""
         pens = self.penalties(history)
         if pieces is not None and allowed is not None:
             if self.siblings is None:
@@ -139,6 +141,43 @@ class NgramPenalty:
         ids = np.fromiter(pens.keys(), dtype=np.int64)
         out[ids] -= np.fromiter(pens.values(), dtype=np.float32)
         return out
+
+
+class PackedMask:
+    """llguidance's packed token mask (bit t%32 of word t//32 set: token t allowed), read
+    one token at a time without unpacking it."""
+
+    def __init__(self, words: np.ndarray, n_vocab: int) -> None:
+        self.words = words.view(np.uint32)
+        self.n = n_vocab
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, token: int) -> bool:
+        return 0 <= token < self.n and bool((int(self.words[token >> 5]) >> (token & 31)) & 1)
+
+    def any_of(self, ids: np.ndarray) -> bool:
+        ids = ids[ids < self.n]
+        return bool(np.any((self.words[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1))
+
+    def several(self) -> bool:
+        """More than one token is allowed."""
+        nonzero = np.flatnonzero(self.words[: (self.n + 31) // 32])
+        if len(nonzero) != 1:
+            return len(nonzero) > 1
+        w = int(self.words[nonzero[0]])
+        return w & (w - 1) != 0
+
+
+def _any_of(allowed: np.ndarray | PackedMask, ids: np.ndarray) -> bool:
+    if isinstance(allowed, PackedMask):
+        return allowed.any_of(ids)
+    return bool(np.any(allowed[ids[ids < len(allowed)]]))
+
+
+def _several(allowed: np.ndarray | PackedMask) -> bool:
+    return allowed.several() if isinstance(allowed, PackedMask) else int(np.count_nonzero(allowed)) > 1
 
 
 SIBLING_PENALTY = 12.0
@@ -203,6 +242,21 @@ class _Scan:
         return None
 
 
+_commas: dict[int, tuple[list[bytes], np.ndarray]] = {}
+
+
+def _comma_tokens(pieces: list[bytes]) -> np.ndarray:
+    """A bool per token: its text holds a `,`. Computed once per vocabulary (the list is
+    the model's and lives as long as it; it is kept here so its id stays unique)."""
+    hit = _commas.get(id(pieces))
+    if hit is None or hit[0] is not pieces:
+        hit = (pieces, np.array([b"," in p for p in pieces], dtype=bool))
+        if len(_commas) >= 8:
+            _commas.clear()
+        _commas[id(pieces)] = hit
+    return hit[1]
+
+
 class ArraySiblings:
     """Per request: which JSON arrays of the output are spent (the model's first choice
     inside one was an echo) and which tokens would open another element of one.
@@ -218,25 +272,30 @@ class ArraySiblings:
         self.scan = _Scan()
         self.scan.feed(prefix)
         self.seen = start
-        self._commas = np.array([b"," in p for p in pieces], dtype=bool)
+        self._memo: dict[tuple[object, ...], list[int]] = {}
 
     def advance(self, history: list[int]) -> None:
         for t in history[self.seen :]:
             self.scan.feed(self.pieces[t])
         self.seen = len(history)
 
-    def note_echo(self, logits: np.ndarray, pens: dict[int, float], allowed: np.ndarray) -> None:
+    def may_note_echo(self) -> bool:
+        """Inside a value string of an array not yet spent: where `note_echo` can act."""
+        depth = self.scan.innermost_array()
+        return depth is not None and not self.scan.stack[depth][1] and self.scan.in_value_string
+
+    def note_echo(self, logits: np.ndarray, pens: dict[int, float], allowed: np.ndarray | PackedMask) -> None:
         # Only inside a value string: keys and punctuation repeat by design, numbers
         # share digits, and a token the grammar forces is no choice of the model's.
         depth = self.scan.innermost_array()
-        if depth is None or self.scan.stack[depth][1] or not self.scan.in_value_string:
+        if depth is None or not self.may_note_echo():
             return
         echoes = [t for t in pens if allowed[t]]
-        if not echoes:
+        if not echoes or not _several(allowed):
             return
         best_echo = max(float(logits[t]) for t in echoes)
-        allowed_logits = logits[: len(allowed)][allowed]
-        if len(allowed_logits) > 1 and best_echo >= float(np.max(allowed_logits)):
+        # The echo is the model's first choice when no allowed token scores above it.
+        if not _any_of(allowed, np.flatnonzero(logits[: len(allowed)] > best_echo)):
             self.scan.stack[depth][1] = True
 
     def spent_depth(self) -> int | None:
@@ -244,13 +303,28 @@ class ArraySiblings:
         depth = self.scan.innermost_array()
         return depth if depth is not None and self.scan.stack[depth][1] else None
 
-    def penalties(self, pens: dict[int, float], allowed: np.ndarray) -> dict[int, float]:
+    def penalties(self, pens: dict[int, float], allowed: np.ndarray | PackedMask) -> dict[int, float]:
         depth = self.spent_depth()
         if depth is None:
             return pens
         out = dict(pens)
-        for t in np.flatnonzero(self._commas[: len(allowed)] & allowed):
-            tok = int(t)
-            if self.scan.copy().feed(self.pieces[tok], watch=depth):
+        for tok in self._openers(depth):
+            if allowed[tok]:
                 out[tok] = out.get(tok, 0.0) + SIBLING_PENALTY
         return out
+
+    def _openers(self, depth: int) -> list[int]:
+        """Tokens that would put a `,` directly into the array at `depth` from the scan's
+        state. Whether one does depends only on the state from that array up (the kinds
+        and key flags of the containers above it, and the string flags), which repeats
+        from step to step: memoised on it, so the vocabulary is scanned once per state."""
+        scan = self.scan
+        key = (scan.in_string, scan.escaped, scan.key, tuple((f[0], f[2]) for f in scan.stack[depth:]))
+        hit = self._memo.get(key)
+        if hit is None:
+            top = _Scan([list(f) for f in scan.stack[depth:]], scan.in_string, scan.escaped, scan.key)
+            commas = np.flatnonzero(_comma_tokens(self.pieces))
+            hit = [int(t) for t in commas if top.copy().feed(self.pieces[int(t)], watch=0)]
+            if len(self._memo) < 64:
+                self._memo[key] = hit
+        return hit

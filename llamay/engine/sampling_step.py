@@ -5,9 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from ..types import FinishReason, TokenEvent, TopLogprob
+from .repetition import PackedMask
 from .sampler import Sample
 from .sequence import Sequence
 
@@ -59,9 +58,9 @@ def _sample(engine: Engine, s: Sequence, row: int) -> Sample | None:
     s.constraint.fill_mask(s.mask)
     if s.ngram is not None:
         # The penalty only reweights: the mask still decides what may follow.
-        allowed = _allowed(s.mask, engine.model.n_vocab)
         plan = s.plan
         prefix = plan.trigger_text.encode() if plan is not None and plan.trigger_text else b""
+        allowed = PackedMask(s.mask, engine.model.n_vocab)
         logits = s.ngram.penalize(logits, s.tokens[s.n_prompt :], engine.model.pieces, allowed, prefix)
     try:
         sample = s.sampler.sample(logits, s.mask)
@@ -71,13 +70,6 @@ def _sample(engine: Engine, s: Sequence, row: int) -> Sample | None:
     s.mask_seconds += time.perf_counter() - t0
     s.mask_steps += 1
     return sample
-
-
-def _allowed(mask: np.ndarray, n_vocab: int) -> np.ndarray:
-    """The packed llguidance mask as one bool per token (bit i%32 of word i//32)."""
-    words = (n_vocab + 31) // 32
-    raw = np.ascontiguousarray(mask[:words]).astype("<u4", copy=False).view(np.uint8)
-    return np.unpackbits(raw, count=n_vocab, bitorder="little").view(bool)
 
 
 def _check_end(engine: Engine, s: Sequence, *, stopped: bool) -> None:
