@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="a smaller run (a few minutes)")
     parser.add_argument("--coverage-only", action="store_true", help="only part 5 (needs no model)")
+    parser.add_argument("--no-coverage", action="store_true", help="parts 1-4 only (the models' figures)")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     issues = Issues()
@@ -145,9 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         for spec in MODELS:
             models[spec.key] = bench_model(spec, sizes, issues, tools=spec is MODELS[0])
     phases: dict[str, float] = {}
-    with phase(phases, "coverage", f"schema coverage, 1 in {sizes.coverage_every} schemas"):
-        coverage = run_coverage(every=sizes.coverage_every)
-    coverage["phase_s"] = phases["coverage"]
+    coverage: dict[str, Any] = {}
+    if not args.no_coverage:
+        with phase(phases, "coverage", f"schema coverage, 1 in {sizes.coverage_every} schemas"):
+            coverage = run_coverage(every=sizes.coverage_every)
+        coverage["phase_s"] = phases["coverage"]
     print_json(report(models, coverage, sizes, args.quick, issues, time.perf_counter() - started))
     return 0
 
