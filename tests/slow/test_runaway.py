@@ -41,9 +41,10 @@ def client() -> Iterator[openai.OpenAI]:
         yield openai.OpenAI(base_url=server.url, api_key="x", max_retries=0, timeout=300)
 
 
-@pytest.mark.parametrize("layout", [None, "indented"])
+@pytest.mark.parametrize("layout", [None, "compact"])
 def test_a_list_extraction_ends_instead_of_inventing_items(client: openai.OpenAI, layout: str | None) -> None:
-    # Indented, the model used to list medication after medication until max_tokens.
+    # Indented (the default), the model used to list medication after medication until
+    # max_tokens.
     r = client.chat.completions.create(
         model="", messages=[{"role": "user", "content": NOTE}], temperature=0, max_tokens=200,
         response_format={"type": "json_schema", "json_schema": {"name": "discharge", "schema": SCHEMA}},
@@ -54,7 +55,7 @@ def test_a_list_extraction_ends_instead_of_inventing_items(client: openai.OpenAI
     got = json.loads(r.choices[0].message.content or "")
     jsonschema.validate(got, SCHEMA)
     # At most the two the note names. (This 135M model does not name them correctly:
-    # without indentation it leaves the list empty, indented it writes one mixed item.)
+    # compact it leaves the list empty, indented it writes one mixed item.)
     assert len(got["medications"]) <= 2
     assert got["patient"].startswith("Anita Sharma") and got["admitted"] == "2026-03-04"
 
