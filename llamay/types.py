@@ -14,6 +14,8 @@ from .errors import InvalidRequest
 
 __all__ = [
     "SamplingParams",
+    "DRY_BREAKERS",
+    "MAX_BREAKERS",
     "StopSpec",
     "TopLogprob",
     "TokenEvent",
@@ -23,6 +25,10 @@ __all__ = [
     "Usage",
     "FinishReason",
 ]
+
+MAX_BREAKERS = 32
+DRY_BREAKERS = ("\n", ":", '"', "*")
+"""llama.cpp's default DRY sequence breakers."""
 
 FinishReason = Literal["stop", "length", "abort", "error", "tool_calls"]
 
@@ -38,6 +44,13 @@ class SamplingParams:
     and `frequency_penalty` follow OpenAI (subtract once / per occurrence) over the same
     window. `logit_bias` maps token id -> added bias (-inf bans). `seed` None means a
     random seed chosen when the request is admitted. `top_logprobs` > 0 implies logprobs.
+
+    llama.cpp's further samplers (see engine/samplers_extra.py for the exact rules):
+    `mirostat` 1 or 2 replaces the truncation filters with Mirostat v1/v2 (target surprise
+    `mirostat_tau`, learning rate `mirostat_eta`); `tfs_z` < 1 is tail-free sampling;
+    `xtc_probability` > 0 (with `xtc_threshold` <= 0.5) is XTC; `dry_multiplier` > 0 is the
+    DRY penalty (`dry_base`, `dry_allowed_length`, over the last `dry_penalty_last_n` tokens,
+    -1 the whole context; `dry_sequence_breakers` end a repetition). Defaults leave them off.
     """
 
     temperature: float = 1.0
@@ -53,6 +66,17 @@ class SamplingParams:
     seed: int | None = None
     logprobs: bool = False
     top_logprobs: int = 0
+    mirostat: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    tfs_z: float = 1.0
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = -1
+    dry_sequence_breakers: tuple[str, ...] = ()
 
     @property
     def greedy(self) -> bool:
@@ -71,6 +95,21 @@ class SamplingParams:
             ("presence_penalty", -2.0 <= self.presence_penalty <= 2.0, "must be between -2 and 2"),
             ("frequency_penalty", -2.0 <= self.frequency_penalty <= 2.0, "must be between -2 and 2"),
             ("top_logprobs", 0 <= self.top_logprobs <= 20, "must be between 0 and 20"),
+            ("mirostat", self.mirostat in (0, 1, 2), "must be 0, 1 or 2"),
+            ("mirostat_tau", 0.0 <= self.mirostat_tau <= 100.0, "must be between 0 and 100"),
+            ("mirostat_eta", 0.0 <= self.mirostat_eta <= 1.0, "must be between 0 and 1"),
+            ("tfs_z", 0.0 <= self.tfs_z <= 1.0, "must be between 0 and 1"),
+            ("xtc_probability", 0.0 <= self.xtc_probability <= 1.0, "must be between 0 and 1"),
+            ("xtc_threshold", 0.0 <= self.xtc_threshold <= 1.0, "must be between 0 and 1"),
+            ("dry_multiplier", 0.0 <= self.dry_multiplier <= 100.0, "must be between 0 and 100"),
+            ("dry_base", 1.0 <= self.dry_base <= 100.0, "must be between 1 and 100"),
+            ("dry_allowed_length", 0 <= self.dry_allowed_length <= 1000, "must be between 0 and 1000"),
+            ("dry_penalty_last_n", -1 <= self.dry_penalty_last_n <= 1_000_000, "must be between -1 and 1000000"),
+            (
+                "dry_sequence_breakers",
+                len(self.dry_sequence_breakers) <= MAX_BREAKERS and all(self.dry_sequence_breakers),
+                f"must hold at most {MAX_BREAKERS} non-empty strings",
+            ),
         ]
         for name, ok, why in checks:
             value = getattr(self, name)

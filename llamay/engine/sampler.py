@@ -6,13 +6,16 @@ Order of operations, each step seeing the output of the one before:
 2. Penalties over the last `repeat_last_n` tokens (prompt tokens first, then every token
    passed to `accept()`), llama.cpp style: `repeat_penalty` divides positive logits and
    multiplies non-positive ones, then `count * frequency_penalty + presence_penalty` is
-   subtracted.
+   subtracted; then the DRY penalty over its own window.
 3. `mask` (llguidance packed bitmask): disallowed tokens leave the candidate set.
 4. Log-probabilities (only when `logprobs` or `top_logprobs > 0`): log-softmax at
    temperature 1 of the distribution produced by steps 1-3.
 5. Greedy (`temperature <= 0`): argmax, ties to the lowest token id. Otherwise the filters
-   `top_k` -> `typical_p` -> `top_p` -> `min_p`, each renormalising over the candidates the
-   previous one left (as llama.cpp does), then `temperature`, then the draw.
+   `top_k` -> `tfs_z` -> `typical_p` -> `top_p` -> `min_p` -> XTC, each renormalising over
+   the candidates the previous one left (as llama.cpp does), then `temperature`, then the
+   draw. With `mirostat` 1 or 2 those filters are skipped (as in llama.cpp) and Mirostat's
+   truncation at `temperature` comes before the draw; its mu is this Sampler's own.
+   The filters beyond top_p live in `samplers_extra.py`.
 
 Determinism: the draw is Gumbel-max over the final candidates: the token with the largest
 `(logit - max) / temperature + g`, ties to the lowest id. Each token's noise
@@ -45,7 +48,6 @@ uint64 passes): about twice an inverse-CDF draw's exp pass, far less than scorin
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -55,20 +57,17 @@ from typing import Literal
 import numpy as np
 
 from ..types import SamplingParams
+from . import samplers_extra as extra
+from .gumbel import _GOLDEN, _MIX1, _MIX2, _bits_bound, _draw_key, _f32_floor, _scores, _weyl
 
 __all__ = ["Sample", "Sampler", "PARTITION_SIZES"]
 
 PARTITION_SIZES: tuple[int, ...] = (1024, 8192)
 """Candidate counts top_p/typical_p try (via argpartition) before a full sort."""
 
-# splitmix64 constants (Steele, Lea, Flood 2014): Weyl increment and finaliser multipliers.
-_GOLDEN = 0x9E3779B97F4A7C15
-_MIX1 = 0xBF58476D1CE4E5B9
-_MIX2 = 0x94D049BB133111EB
-_MASK64 = (1 << 64) - 1
-_U_BITS = 52  # u = (k + 0.5) / 2**52 for the top 52 hash bits k: exact, in [2**-53, 1 - 2**-53]
-# Hence Gumbel noise lies in [-log(53 ln 2), 53 ln 2] = [-3.61, 36.74]: a candidate whose
-# scaled logit trails the best by more than 40.35 can never win. _PRUNE adds a margin.
+# Gumbel noise (from u = (k + 0.5) / 2**52, see gumbel.py) lies in [-log(53 ln 2), 53 ln 2]
+# = [-3.61, 36.74]: a candidate whose scaled logit trails the best by more than 40.35 can
+# never win. _PRUNE adds a margin.
 _PRUNE = 42.0
 # Scaled-logit distances within which the staged draw scores every candidate: the first
 # that leaves at most _NEAR_MAX of them (else the last). A wider band means fewer far
@@ -95,11 +94,18 @@ class Sampler:
     """Samples one request's tokens. Not thread-safe; one instance per request.
 
     `seed` is the resolved seed (negative seeds are taken modulo 2**64). `prompt_tokens`
-    pre-fill the penalty window. Raises ValueError for a logit_bias id outside the vocab.
+    pre-fill the penalty windows. `pieces` (token id -> text) is needed only for DRY
+    sequence breakers. Raises ValueError for a logit_bias id outside the vocab, or DRY
+    breakers without `pieces`.
     """
 
     def __init__(
-        self, params: SamplingParams, n_vocab: int, seed: int, prompt_tokens: Sequence[int] = ()
+        self,
+        params: SamplingParams,
+        n_vocab: int,
+        seed: int,
+        prompt_tokens: Sequence[int] = (),
+        pieces: Sequence[bytes] | None = None,
     ) -> None:
         if n_vocab <= 0:
             raise ValueError(f"n_vocab must be positive (got {n_vocab})")
@@ -132,11 +138,16 @@ class Sampler:
         if self._penalize:
             self._window.extend(prompt_tokens[-params.repeat_last_n :])
         self._want_logprobs = params.logprobs or params.top_logprobs > 0
+        dry = extra.Dry(params, prompt_tokens, pieces) if params.dry_multiplier > 0 else None
+        self._dry = dry if dry is not None and dry.active else None
+        self.mu = 2.0 * params.mirostat_tau  # Mirostat's running surprise bound
 
     def accept(self, token: int) -> None:
-        """Record an emitted token in the penalty window."""
+        """Record an emitted token in the penalty windows."""
         if self._penalize:
             self._window.append(token)
+        if self._dry is not None:
+            self._dry.accept(token)
 
     def sample(self, logits: np.ndarray, mask: np.ndarray | None = None) -> Sample:
         """Pick the next token from `logits` (1-D, length >= n_vocab, never modified).
@@ -171,12 +182,17 @@ class Sampler:
         if logits.ndim != 1 or len(logits) < n:
             raise ValueError(f"logits must be 1-D with at least {n} entries (got shape {logits.shape})")
         x = logits[:n]  # a view: copied below only when something changes it
-        if len(self._bias_ids) or (self._penalize and self._window) or x.dtype != np.float32:
+        dry = self._dry.penalties() if self._dry is not None else None
+        has_dry = dry is not None and len(dry[0]) > 0
+        if len(self._bias_ids) or (self._penalize and self._window) or has_dry or x.dtype != np.float32:
             x = self._scratch
             np.copyto(x, logits[:n], casting="same_kind")
             x[self._bias_ids] += self._bias_vals
             if self._penalize and self._window:
                 self._apply_penalties(x)
+            if dry is not None and has_dry:
+                inside = (dry[0] >= 0) & (dry[0] < n)
+                x[dry[0][inside]] -= dry[1][inside]
             if self._bias_forces and np.isposinf(x).any():
                 # A +inf bias means "must pick one of these": uniform over them.
                 x = np.where(np.isposinf(x), np.float32(0.0), _NEG_INF)
@@ -254,9 +270,13 @@ class Sampler:
     def _draw(self, ids: np.ndarray, vals: np.ndarray) -> int:
         """Filters, temperature and the one draw. Every step keeps `ids` ascending."""
         p = self.params
+        if p.mirostat:
+            return self._draw_mirostat(ids, vals)
         if 0 < p.top_k < len(vals):
             keep = np.sort(_top_positions(vals, p.top_k))
             ids, vals = ids[keep], vals[keep]
+        if p.tfs_z < 1.0:
+            ids, vals = extra.tail_free(ids, vals, p.tfs_z)
         if p.typical_p < 1.0:
             ids, vals = self._typical(ids, vals)
         if p.top_p < 1.0:
@@ -267,9 +287,28 @@ class Sampler:
             # p_i >= min_p * p_max  <=>  logit_i >= logit_max + log(min_p)
             keep = np.flatnonzero(vals >= vals.max() + math.log(p.min_p))
             ids, vals = ids[keep], vals[keep]
+        if p.xtc_probability > 0.0:
+            u = extra.unit_draw(self._seed, self._step)
+            ids, vals = extra.xtc(ids, vals, p.xtc_probability, p.xtc_threshold, u)
         key = _draw_key(self._seed, self._step)
         self._step += 1
         return int(ids[self._gumbel_max(ids, vals, key)])
+
+    def _draw_mirostat(self, ids: np.ndarray, vals: np.ndarray) -> int:
+        """Mirostat's truncation, the draw, then mu's update from the drawn token's surprise."""
+        p = self.params
+        finite = vals > -np.inf
+        if not finite.all():
+            ids, vals = ids[finite], vals[finite]
+        if p.mirostat == 1:
+            ids, vals = extra.mirostat_v1(ids, vals, p.temperature, self.mu, self.n_vocab)
+        else:
+            ids, vals = extra.mirostat_v2(ids, vals, p.temperature, self.mu)
+        key = _draw_key(self._seed, self._step)
+        self._step += 1
+        token = int(ids[self._gumbel_max(ids, vals, key)])
+        self.mu -= p.mirostat_eta * (extra.surprise(ids, vals, p.temperature, token) - p.mirostat_tau)
+        return token
 
     def _gumbel_max(self, ids: np.ndarray, vals: np.ndarray, key: int) -> int:
         """Position of the first maximum of `(vals - max) / T + gumbel(key, ids)`; -inf
@@ -398,67 +437,3 @@ def _mass_prefix(score: np.ndarray, weights: np.ndarray, fraction: float, *, str
     order = _rank(-score, np.arange(n))
     cut = int(np.searchsorted(np.cumsum(weights[order], dtype=np.float64), target, side=side))
     return order[: cut + 1]
-
-
-def _mix64(z: int) -> int:
-    """The splitmix64 finaliser on a Python int."""
-    z = ((z ^ (z >> 30)) * _MIX1) & _MASK64
-    z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
-    return z ^ (z >> 31)
-
-
-def _draw_key(seed: int, step: int) -> int:
-    """The hash key of draw `step`: splitmix64 output number step + 1 of the stream seeded
-    with mix64(seed). Token i's word is then output number i + 1 of the stream seeded
-    with the key (see `Sampler._hash`)."""
-    return _mix64((_mix64(seed) + (step + 1) * _GOLDEN) & _MASK64)
-
-
-@functools.lru_cache(maxsize=8)
-def _weyl(n: int) -> np.ndarray:
-    """(id + 1) * golden mod 2**64 for ids 0..n-1, shared read-only across samplers."""
-    out = np.arange(1, n + 1, dtype=np.uint64)
-    out *= np.uint64(_GOLDEN)
-    out.setflags(write=False)
-    return out
-
-
-def _gumbel(bits: np.ndarray) -> np.ndarray:
-    """Standard Gumbel noise, float64, from uint64 hash words (their top 52 bits)."""
-    return np.negative(_neg_gumbel(bits))
-
-
-def _neg_gumbel(bits: np.ndarray) -> np.ndarray:
-    """log(-log(u)) with u = (k + 0.5) / 2**52 for the top 52 bits k of each word."""
-    u = (bits >> np.uint64(64 - _U_BITS)).view(np.int64).astype(np.float64)
-    u += 0.5
-    u *= 2.0**-_U_BITS
-    np.log(u, out=u)
-    np.negative(u, out=u)
-    return np.log(u, out=u)
-
-
-def _scores(vals: np.ndarray, top: float, temperature: float, bits: np.ndarray) -> np.ndarray:
-    """Perturbed scores (vals - top) / temperature + gumbel(bits), in float64."""
-    s = vals.astype(np.float64)
-    s -= top
-    s /= temperature
-    s -= _neg_gumbel(bits)  # the same value as adding the noise: negation is exact
-    return s
-
-
-def _bits_bound(score: float) -> int:
-    """A hash word bound such that every word below it gives Gumbel noise below `score`;
-    a multiple of 2**12, so that one uint64 comparison decides. 0 when `score` is at or
-    below the bottom of the noise range."""
-    # gumbel(k) < score  <=>  u(k) < exp(-exp(-score))  <=>  1 - u(k) > tail. Computing the
-    # tail with expm1 keeps it accurate near 0; one step of k absorbs the remaining rounding.
-    tail = -math.expm1(-math.exp(-score))
-    k_max = math.floor((1.0 - tail) * 2.0**_U_BITS - 0.5) - 1
-    return max(k_max + 1, 0) << (64 - _U_BITS)
-
-
-def _f32_floor(x: float) -> np.float32:
-    """The largest float32 <= x (comparisons against it are then conservative)."""
-    f = np.float32(x)
-    return f if float(f) <= x else np.nextafter(f, np.float32(-np.inf))

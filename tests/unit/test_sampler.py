@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from llamay.engine import gumbel as gumbel_mod
 from llamay.engine import sampler as sampler_mod
 from llamay.engine.sampler import Sample, Sampler
 from llamay.types import SamplingParams
@@ -225,7 +226,7 @@ def test_noise_is_splitmix64_of_seed_step_and_token() -> None:
         s = Sampler(HOT, VOCAB, seed=0)
         ids = np.arange(VOCAB) if n == VOCAB else np.sort(rng.choice(VOCAB, n, replace=False))
         for seed, step in ((0, 0), (2**64 - 1, 5), (-3, 10**6)):
-            got = sampler_mod._gumbel(s._hash(sampler_mod._draw_key(seed % 2**64, step), ids))
+            got = gumbel_mod._gumbel(s._hash(sampler_mod._draw_key(seed % 2**64, step), ids))
             want = [ref_gumbel(seed, step, int(t)) for t in ids]
             assert np.allclose(got, want, rtol=1e-13, atol=1e-13)
         assert np.allclose(
@@ -234,7 +235,7 @@ def test_noise_is_splitmix64_of_seed_step_and_token() -> None:
 
 
 def test_noise_range_and_bits_bound() -> None:
-    lo, hi = sampler_mod._gumbel(np.array([0, 2**64 - 1], dtype=np.uint64))
+    lo, hi = gumbel_mod._gumbel(np.array([0, 2**64 - 1], dtype=np.uint64))
     assert lo == pytest.approx(-math.log(53 * math.log(2)), abs=1e-9)
     assert hi == pytest.approx(53 * math.log(2), abs=1e-9)
     assert hi - lo < sampler_mod._PRUNE  # pruned candidates cannot win
@@ -245,10 +246,10 @@ def test_noise_range_and_bits_bound() -> None:
         if bound == 0:
             assert score <= lo
             continue
-        below = sampler_mod._gumbel(np.array([bound - 1, bound - step], dtype=np.uint64))
+        below = gumbel_mod._gumbel(np.array([bound - 1, bound - step], dtype=np.uint64))
         assert below.max() < score  # every word below the bound is excluded safely
         if score < 36.0:  # and the bound is tight: two steps up, the noise reaches score
-            assert sampler_mod._gumbel(np.array([bound + 2 * step], dtype=np.uint64))[0] >= score
+            assert gumbel_mod._gumbel(np.array([bound + 2 * step], dtype=np.uint64))[0] >= score
 
 
 def test_same_seed_same_tokens_whatever_else_runs() -> None:
