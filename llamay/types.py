@@ -18,6 +18,7 @@ __all__ = [
     "MAX_BREAKERS",
     "StopSpec",
     "TopLogprob",
+    "PromptLogprob",
     "TokenEvent",
     "FinishEvent",
     "ErrorEvent",
@@ -146,6 +147,17 @@ class TopLogprob:
 
 
 @dataclass(frozen=True)
+class PromptLogprob:
+    """Prompt token `token` (bytes `text`) scored by the logits of the position before it:
+    its log-probability under the raw model and the `top` most likely tokens there."""
+
+    token: int
+    text: bytes
+    logprob: float
+    top: tuple[TopLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
 class Usage:
     prompt_tokens: int
     completion_tokens: int
@@ -175,6 +187,9 @@ class FinishEvent:
     text: str = ""  # any held-back text released at the end
     message: str | None = None  # why, when the reason is not plain
     extra: dict[str, Any] = field(default_factory=dict)
+    # Asked with GenerateRequest.prompt_logprobs: one entry per prompt token after the
+    # first, present only when the whole prompt was scored.
+    prompt_logprobs: tuple[PromptLogprob, ...] | None = None
 
 
 @dataclass(frozen=True)

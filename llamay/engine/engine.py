@@ -24,6 +24,7 @@ from ..errors import ContextOverflow, EngineError, InvalidRequest, Overloaded
 from ..kv.contexts import Contexts
 from ..kv.pool import SeqPool
 from ..types import ErrorEvent, FinishEvent, FinishReason, TokenEvent, Usage
+from .prompt_scoring import score_row
 from .repetition import structural_tokens
 from .request import GenerateRequest, Handle, Sink
 from .sampling_step import sample_step
@@ -253,7 +254,9 @@ class Engine:
         limit = len(s.tokens) - 2
         session = s.request.session
         if session is None or session.context_id is None:
-            return self.pool.attach(s.seq_id, s.tokens, limit) if s.request.cache else 0
+            # Scoring the prompt needs every position's logits, which a shared prefix lacks.
+            share = s.request.cache and s.request.prompt_logprobs is None
+            return self.pool.attach(s.seq_id, s.tokens, limit) if share else 0
         rec = self.contexts.get(session.context_id)
         holder = self.contexts.resident(rec, self.acquire_seq)
         n = min(rec.n_kv, limit)
@@ -305,11 +308,16 @@ class Engine:
         batch = self.ctx.batch
         batch.clear()
         rows: list[tuple[Sequence, int]] = []
+        scored: list[tuple[Sequence, int, int]] = []  # (sequence, prompt position, batch row)
         for sl in plan:
             s = self._running[sl.index]
             last = sl.start + sl.count - 1
+            score = s.request.prompt_logprobs is not None
             for pos in range(sl.start, sl.start + sl.count):
-                row = batch.add(s.tokens[pos], pos, s.seq_id, sl.logits and pos == last)
+                keep = score and pos + 1 < s.n_prompt  # this row scores prompt token pos + 1
+                row = batch.add(s.tokens[pos], pos, s.seq_id, keep or (sl.logits and pos == last))
+                if keep:
+                    scored.append((s, pos, row))
             if sl.logits:
                 rows.append((s, row))
         t0 = time.perf_counter()
@@ -326,6 +334,10 @@ class Engine:
             self._running[sl.index].n_past += sl.count
             self._running[sl.index].decode_seconds += spent
         self.pool.age(batch.n)
+        for s, pos, row in scored:
+            k = s.request.prompt_logprobs or 0
+            lp = score_row(self.ctx.logits(row), self.model.n_vocab, s.tokens[pos + 1], k, self.model.pieces)
+            s.prompt_scores.append(lp)
         for s, row in rows:
             sample_step(self, s, row)
         self._running = [s for s in self._running if not s.done]
@@ -381,7 +393,10 @@ class Engine:
         }
         tail = "" if reason == "abort" else s.text.flush()
         usage = Usage(s.n_prompt, n_gen, s.n_cached)
-        self._safe_sink(s.sink, FinishEvent(reason, usage, tail, message, extra))
+        scores = None
+        if s.request.prompt_logprobs is not None and len(s.prompt_scores) == s.n_prompt - 1:
+            scores = tuple(s.prompt_scores)
+        self._safe_sink(s.sink, FinishEvent(reason, usage, tail, message, extra, scores))
 
     def _emit_finish_unstarted(self, handle: Handle, sink: Sink) -> None:
         self._end_session(handle.request, None)

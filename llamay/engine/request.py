@@ -68,6 +68,10 @@ class GenerateRequest:
     # None: the default (an n-gram repetition penalty while a grammar constrains output).
     repetition: Any = None
     cache: bool = True  # share a cached prefix in, and keep this one for later requests
+    # Score the prompt's own tokens with this many top alternatives each (None: no). Every
+    # prompt position is then computed (no cached prefix is shared in: its logits are gone)
+    # and the FinishEvent carries the scores.
+    prompt_logprobs: int | None = None
     id: int = field(default_factory=lambda: next(_ids))
 
 

@@ -19,8 +19,8 @@ __all__ = ["sample_step"]
 def sample_step(engine: Engine, s: Sequence, row: int) -> None:
     """Sample the next token of `s` from batch row `row` and publish it."""
     model = engine.model
-    if s.request.stop.max_tokens == 0:  # prefill only (e.g. creating a context)
-        engine._finish(s, "stop")
+    if s.request.stop.max_tokens == 0:  # prefill only (creating a context, scoring a prompt)
+        engine._finish(s, "length")  # the token budget, zero, is spent
         return
     sample = _sample(engine, s, row)
     if sample is None:

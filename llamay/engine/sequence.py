@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..grammar import Constraint, allocate_mask
-from ..types import SamplingParams
+from ..types import PromptLogprob, SamplingParams
 from .repetition import NgramPenalty, RepetitionParams
 from .request import ConstraintPlan, GenerateRequest, Handle, Sink
 from .sampler import Sampler
@@ -39,6 +39,7 @@ class Sequence:
         self.n_prompt = len(req.tokens)
         self.n_past = 0
         self.n_cached = 0
+        self.prompt_scores: list[PromptLogprob] = []  # see GenerateRequest.prompt_logprobs
         params: SamplingParams = req.sampling
         self.sampler = Sampler(params, n_vocab, seed, req.tokens)
         self.text = TextStream(req.stop.stop)
