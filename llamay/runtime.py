@@ -31,7 +31,9 @@ class RuntimeConfig:
     """Server-wide settings for loading models. `ctx` 0 means min(model's training
     context, 8192). `threads` 0 means the number of CPU cores. `max_tokens` limits
     constrained output (schema, grammar, tools) whose request sets no limit and whose
-    schema does not bound it."""
+    schema does not bound it. `temperature`, `top_p`, `top_k`, `min_p` and `repeat_penalty`
+    (None: unset) are the server's sampling defaults: over a model's GGUF
+    `general.sampling.*`, under each request's own values."""
 
     ctx: int = 0
     batch: int = 512
@@ -43,6 +45,11 @@ class RuntimeConfig:
     chat_template_file: Path | None = None
     home: Path | None = None  # contexts are saved under home/contexts; None: not kept
     max_tokens: int = 2048  # limit for constrained output when a request sets none
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repeat_penalty: float | None = None
 
 
 class LoadRefused(Conflict):

@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from .errors import InvalidRequest
@@ -15,6 +16,7 @@ from .errors import InvalidRequest
 __all__ = [
     "SamplingParams",
     "DRY_BREAKERS",
+    "DEFAULTABLE",
     "MAX_BREAKERS",
     "StopSpec",
     "TopLogprob",
@@ -83,6 +85,19 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature <= 0.0
 
+    def with_defaults(self, defaults: Mapping[str, Any], given: Collection[str] = ()) -> SamplingParams:
+        """This record with `defaults` (field name -> value: a model's and the server's) for
+        every field not in `given` (those the request set itself). Names that are not
+        defaultable sampling fields are skipped, and so is a negative `repeat_last_n` (the
+        whole context, which only Ollama's parser resolves). InvalidRequest when the result
+        is out of range."""
+        changes: dict[str, Any] = {
+            k: tuple(v) if k == "dry_sequence_breakers" else v
+            for k, v in defaults.items()
+            if k in DEFAULTABLE and k not in given and not (k == "repeat_last_n" and v < 0)
+        }
+        return replace(self, **changes).validate() if changes else self
+
     def validate(self, n_vocab: int | None = None) -> SamplingParams:
         """Raise InvalidRequest naming the first bad field; return self when valid."""
         checks: list[tuple[str, bool, str]] = [
@@ -127,6 +142,12 @@ class SamplingParams:
                     f"'logit_bias' values must be between -100 and 100 (got {bias!r})", param="logit_bias"
                 )
         return self
+
+
+DEFAULTABLE = frozenset(
+    f.name for f in fields(SamplingParams) if f.name not in ("logit_bias", "seed", "logprobs", "top_logprobs")
+)
+"""SamplingParams fields a model or the server may give defaults for."""
 
 
 @dataclass(frozen=True)

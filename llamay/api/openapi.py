@@ -19,7 +19,7 @@ from .. import __version__
 from ..redact import DETECTORS, STYLES
 from .authn import ADMIN_PATHS, OPEN_PATHS
 from .http import MAX_BODY, json_response
-from .openai.schemas import MAX_N, MAX_STOP
+from .openai.schemas import LLAMA_SAMPLING, MAX_N, MAX_STOP
 from .redact import MAX_TEXT, MODEL_TYPES
 
 __all__ = ["OPERATIONS", "openapi_document", "openapi_routes", "undocumented"]
@@ -89,13 +89,16 @@ LOGIT_BIAS = {"type": "object", "propertyNames": {"pattern": "^[0-9]+$"},
               "additionalProperties": scalar("num", "-100", "100")}
 # How JSON output is laid out and shaped (api/jsonformat), on every API.
 JSON_STYLE = {"json_layout": enum("compact", "indented", "free"), "schema_shape": enum("tight", "free")}
+# llama-server's further samplers (OpenAI bodies and Ollama options); breakers: only [] here.
+LLAMA = {name: scalar("int" if whole else "num", str(lo), str(hi)) for name, (whole, lo, hi) in LLAMA_SAMPLING.items()}
+LLAMA["dry_sequence_breakers"] = arr(STR, maxItems=0)
 SAMPLING = fields(
     "model:str stream:bool max_tokens:int[1,] max_completion_tokens:int[1,] temperature:num[0,2] top_p:num[0,1] "
     "top_k:int[0,] min_p:num[0,1] typical_p:num[0,1] repeat_penalty:num[0,10] repeat_last_n:int[0,] seed:int "
     "presence_penalty:num[-2,2] frequency_penalty:num[-2,2] grammar:str regex:str llamay_session:str",
     {"n": scalar("int", "1", str(MAX_N)), "stream_options": fields("include_usage:bool"), "logit_bias": LOGIT_BIAS,
      "stop": anyof(STR, arr(STR, maxItems=MAX_STOP)), "repetition": anyof(BOOL, REPETITION),
-     "response_format": RESPONSE_FORMAT, **JSON_STYLE})["properties"]
+     "response_format": RESPONSE_FORMAT, **JSON_STYLE, **LLAMA})["properties"]
 # At most one of response_format, grammar and regex; n is 1 with llamay_session; top_logprobs
 # above 0 needs logprobs.
 ONE_FORMAT = {"not": anyof(*({"required": list(pair)} for pair in
@@ -148,7 +151,7 @@ DURATION = anyof(scalar("num"), {"type": "string", "pattern": rf"^[+-]?({NUMBER}
 OPTIONS = fields(
     "seed:int num_predict:int repeat_last_n:int[-1,] typical_p:num[0,1] repeat_penalty:num[0,10] top_k:int "
     "temperature:num[0,100] top_p:num[0,1] min_p:num[0,1] presence_penalty:num[-2,2] frequency_penalty:num[-2,2] "
-    "num_ctx:int[1,]", {"stop": anyof(STR, arr(STR, maxItems=16))},
+    "num_ctx:int[1,]", {"stop": anyof(STR, arr(STR, maxItems=16)), "penalize_newline": {"const": True}, **LLAMA},
     description="Ollama's options; others are accepted and ignored")
 O_COMMON = {"keep_alive": DURATION, "options": OPTIONS, "format": anyof(enum("json", ""), OBJ),
             "think": anyof(BOOL, enum("low", "medium", "high", "max")), "strict": BOOL, **JSON_STYLE}

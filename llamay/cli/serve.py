@@ -17,6 +17,16 @@ log = logging.getLogger("llamay.cli")
 DEFAULT_ADDR = "localhost:11435"
 
 
+# Server-wide sampling defaults, named as llama-server names them.
+_SAMPLING_FLAGS = (
+    ("temp", float, "temperature"),
+    ("top-p", float, "top_p"),
+    ("top-k", int, "top_k"),
+    ("min-p", float, "min_p"),
+    ("repeat-penalty", float, "repeat_penalty"),
+)
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "serve",
@@ -52,6 +62,15 @@ def add_parser(sub: Any) -> None:
         "schema does not bound it (default 2048)",
     )
     flag(p, "threads", type=int, default=0, help="CPU threads (default: all cores)")
+    for name, kind, field in _SAMPLING_FLAGS:
+        flag(
+            p,
+            name,
+            dest=field,
+            type=kind,
+            default=None,
+            help=f"default {field} for requests that set none (over the model's GGUF defaults)",
+        )
     flag(p, "kv", default="f16", choices=["f16", "f32", "q8_0"], help="KV cache type (default f16)")
     flag(
         p,
@@ -157,6 +176,21 @@ def load_extras(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     return encoders, index
 
 
+def sampling_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling flags that were given, as RuntimeConfig fields; ValueError when one is
+    out of the range every API accepts."""
+    from ..types import SamplingParams
+
+    given = {f: getattr(args, f) for _, _, f in _SAMPLING_FLAGS if getattr(args, f, None) is not None}
+    try:
+        SamplingParams(**given).validate()
+    except Exception as exc:
+        raise ValueError(f"sampling flag: {exc}") from None
+    if given.get("temperature", 0.0) > 2.0:
+        raise ValueError("-temp must be between 0 and 2")
+    return given
+
+
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -183,6 +217,7 @@ def run_serve(args: argparse.Namespace) -> int:
             chat_template_file=args.chat_template,
             home=llamay_home(),
             max_tokens=args.max_tokens,
+            **sampling_flags(args),
         )
         loaded = load_model(name, path, config, sha)
     except Exception as exc:

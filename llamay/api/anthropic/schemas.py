@@ -10,6 +10,7 @@ Defaults where Anthropic's and a local model's differ:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -56,6 +57,12 @@ class MessagesRequest:
     prefill: str | None
     thinking: Thinking
     marked: tuple[ChatOptions, str | None] | None = None
+    sampling_given: frozenset[str] = frozenset()  # sampling fields the body set
+
+    def with_defaults(self, defaults: Mapping[str, Any]) -> MessagesRequest:
+        """This request with a model's and the server's sampling defaults (see
+        SamplingParams.with_defaults) under the fields the body set."""
+        return replace(self, sampling=self.sampling.with_defaults(defaults, self.sampling_given))
 
 
 def _tool(raw: Any, where: str, marked: bool) -> dict[str, Any]:
@@ -211,6 +218,7 @@ def parse_messages_request(body: Any, *, counting: bool = False) -> MessagesRequ
         again: Converted = chat_messages(f.raw("system"), messages, spot)
         marked = (replace(options, messages=again.messages, tools=mark_tools), again.prefill)
     stream = False if counting else f.flag("stream", False)
+    given = frozenset(k for k in ("temperature", "top_p", "top_k") if f.raw(k) is not None)
     return MessagesRequest(
-        model, stream, max_tokens, _stop(f), sampling, options, converted.prefill, thinking, marked
+        model, stream, max_tokens, _stop(f), sampling, options, converted.prefill, thinking, marked, given
     )

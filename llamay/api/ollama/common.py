@@ -10,6 +10,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
@@ -17,6 +18,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ...errors import LlamayError, ModelNotFound
 from ...runtime import LoadedModel
+from ...store import gguf_sampling_defaults
 from .adapter import nanos
 from .ggufmeta import HeaderCache
 
@@ -31,8 +33,13 @@ __all__ = [
     "loaded_alias",
     "store_call",
     "model_defaults",
+    "effective_params",
+    "server_defaults",
     "headers",
 ]
+
+# RuntimeConfig fields set by `llamay serve -temp/-top-p/-top-k/-min-p/-repeat-penalty`.
+SERVER_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty")
 
 log = logging.getLogger("llamay.api.ollama")
 Handler = Callable[[Request], Awaitable[Response]]
@@ -147,12 +154,31 @@ def store_call(runtime: Any, method: str, *args: Any) -> Any:
         return None
 
 
+def server_defaults(runtime: Any) -> dict[str, Any]:
+    """The sampling defaults given to `llamay serve` (RuntimeConfig fields that are set)."""
+    config = getattr(runtime, "config", None)
+    values = {k: getattr(config, k, None) for k in SERVER_SAMPLING}
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def effective_params(runtime: Any, name: str, path: Path | None) -> dict[str, Any]:
+    """A model's parameters (Ollama option names) before a request's own: the GGUF's
+    `general.sampling.*`, then the server's flags, then what `create` set for `name`
+    (the store reports the GGUF's and create's together; a value equal to the GGUF's
+    counts as the GGUF's). Reads the GGUF header (cached): call off the event loop."""
+    params = store_call(runtime, "params", name)
+    if not params and path is not None:
+        params = store_call(runtime, "params", str(path))
+    gguf = gguf_sampling_defaults(path) if path is not None else {}
+    own = {k: v for k, v in (params or {}).items() if k not in gguf or gguf[k] != v}
+    return {**gguf, **server_defaults(runtime), **own}
+
+
 def _defaults(runtime: Any, lm: LoadedModel) -> tuple[dict[str, Any], str | None]:
-    params = store_call(runtime, "params", lm.name) or store_call(runtime, "params", str(lm.info.path))
-    return dict(params or {}), store_call(runtime, "system", lm.name)
+    return effective_params(runtime, lm.name, lm.info.path), store_call(runtime, "system", lm.name)
 
 
 async def model_defaults(request: Request, lm: LoadedModel) -> tuple[dict[str, Any], str | None]:
-    """A model's own parameters (Ollama option names) and default system prompt, as the
-    store knows them (set by `create`, or the GGUF's sampling metadata); ({}, None) if not."""
+    """A model's parameters (see `effective_params`) and default system prompt (set by
+    `create`, else None)."""
     return await asyncio.to_thread(_defaults, request.app.state.runtime, lm)

@@ -22,7 +22,7 @@ from ..fields import Fields
 from ..http import read_json
 from . import describe
 from .adapter import iso_time
-from .common import headers, loaded_alias, runtime_feature, store_call, use_model
+from .common import effective_params, headers, loaded_alias, runtime_feature, store_call, use_model
 from .ggufmeta import HeaderCache
 from .schemas import parse_keep_alive
 
@@ -105,14 +105,10 @@ def _find_loaded(runtime: Any, name: str) -> LoadedModel | None:
     return None
 
 
-def _parameters(runtime: Any, *names: str) -> str:
-    """Ollama's `parameters` text from the store's effective parameters (the GGUF's
-    sampling defaults overlaid by what `create` set) of the first name it knows."""
-    for name in names:
-        params = store_call(runtime, "params", name)
-        if params:
-            return describe.parameters_text(params)
-    return ""
+def _parameters(runtime: Any, name: str, path: Path) -> str:
+    """Ollama's `parameters` text: the effective parameters (GGUF defaults, then the
+    server's sampling flags, then what `create` set; see common.effective_params)."""
+    return describe.parameters_text(effective_params(runtime, name, path))
 
 
 def _show(runtime: Any, cache: HeaderCache, name: str, verbose: bool) -> dict[str, Any]:
@@ -121,7 +117,7 @@ def _show(runtime: Any, cache: HeaderCache, name: str, verbose: bool) -> dict[st
         meta, n = _header(cache, lm.info.path, verbose=verbose)
         return describe.show_json(
             path=str(lm.info.path), meta=meta, n_params=n or lm.info.n_params, template=lm.template.source,
-            parameters=_parameters(runtime, lm.name, str(lm.info.path)),
+            parameters=_parameters(runtime, lm.name, lm.info.path),
             caps=describe.capabilities(meta, thinking=_thinks(lm)), modified=lm.info.path.stat().st_mtime,
         )  # fmt: skip
     for m in _stored(runtime):
@@ -132,7 +128,7 @@ def _show(runtime: Any, cache: HeaderCache, name: str, verbose: bool) -> dict[st
             )
             thinks = detect_reasoning(template, lambda _: None) is not None
             return describe.show_json(
-                path=str(m.path), meta=meta, n_params=n, template=template, parameters=_parameters(runtime, m.name),
+                path=str(m.path), meta=meta, n_params=n, template=template, parameters=_parameters(runtime, m.name, m.path),
                 caps=describe.capabilities(meta, thinking=thinks), modified=m.modified.timestamp(),
             )  # fmt: skip
     raise ModelNotFound(f"model '{name}' not found", param="model")

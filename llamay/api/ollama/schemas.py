@@ -1,8 +1,10 @@
 """Ollama request bodies parsed into typed records. Every bad field is a 400 naming it.
 
 Sampling defaults are Ollama's (temperature 0.8, top_k 40, top_p 0.9, repeat_penalty 1.1
-over the last 64 tokens), so code written for Ollama samples the same way here. Options
-Ollama accepts but that mean nothing to this server (GPU layers, mmap, mirostat, ...) are
+over the last 64 tokens), so code written for Ollama samples the same way here, with a
+model's own and the server's defaults over them (`Common.with_model_defaults`). Every
+sampling option works (mirostat, tfs_z, and llama.cpp's xtc_* and dry_* names too) or is a
+400 naming it; options that tune hardware or loading (GPU layers, mmap, threads, ...) are
 accepted and ignored; unknown options are logged and ignored, as Ollama does.
 """
 
@@ -20,6 +22,7 @@ from ...grammar import Grammar
 from ...types import SamplingParams
 from ..fields import Fields
 from ..jsonformat import json_object, json_style, schema_grammar
+from ..openai.schemas import LLAMA_SAMPLING, llama_sampling
 from .messages import chat_messages, no_images
 
 __all__ = [
@@ -37,7 +40,7 @@ log = logging.getLogger("llamay.api.ollama")
 
 THINK_LEVELS = ("low", "medium", "high", "max")
 MAX_STOP = 16
-# Accepted for compatibility; they tune hardware or samplers this server does not have.
+# Accepted for compatibility; they tune hardware or loading, which this server sets itself.
 IGNORED_OPTIONS = frozenset(
     [
         "numa",
@@ -53,11 +56,6 @@ IGNORED_OPTIONS = frozenset(
         "embedding_only",
         "num_thread",
         "num_keep",
-        "tfs_z",
-        "mirostat",
-        "mirostat_tau",
-        "mirostat_eta",
-        "penalize_newline",
         "draft_num_predict",
     ]
 )
@@ -175,6 +173,12 @@ def parse_options(raw: Any, *, logprobs: bool = False, top_logprobs: int = 0) ->
     seed = f.integer("seed", None)
     num_predict = f.integer("num_predict", None)
     repeat_last_n = f.integer("repeat_last_n", 64, lo=-1, hi=1_000_000)
+    if f.flag("penalize_newline", True) is False:
+        # Exempting the newline token needs its id, which the sampler is not given.
+        raise InvalidRequest(
+            "'options.penalize_newline' false is not supported: newlines are penalised like any token",
+            param="options.penalize_newline",
+        )
     typical_p = f.number("typical_p", 1.0, lo=0.0, hi=1.0)
     repeat_penalty = f.number("repeat_penalty", 1.1, lo=0.0, hi=10.0)
     sampling = SamplingParams(
@@ -190,6 +194,7 @@ def parse_options(raw: Any, *, logprobs: bool = False, top_logprobs: int = 0) ->
         seed=None if seed is None or seed < 0 else seed,  # -1: a random seed
         logprobs=logprobs,
         top_logprobs=top_logprobs,
+        **llama_sampling(f),
     )
     try:
         sampling.validate()
@@ -219,6 +224,9 @@ _KNOWN_OPTIONS = frozenset(
         "frequency_penalty",
         "stop",
         "num_ctx",
+        "penalize_newline",
+        "dry_sequence_breakers",
+        *LLAMA_SAMPLING,
     ]
 )
 

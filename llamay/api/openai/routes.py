@@ -15,9 +15,10 @@ from ...engine.client import EventStream, merge, submit_all
 from ...engine.request import ConstraintPlan
 from ...errors import InvalidRequest
 from ...runtime import LoadedModel, Runtime
-from ...types import FinishEvent, TokenEvent, Usage
+from ...types import DEFAULTABLE, FinishEvent, TokenEvent, Usage
 from .. import jsonformat
 from ..http import json_response, read_json, sse_frame, sse_response, until_disconnect
+from ..ollama.common import effective_params
 from . import adapter
 from .chat import chat_completions
 from .common import Choice, check_plan, collect, session_tokens
@@ -132,16 +133,27 @@ async def _check(common: Common, text: str, fin: FinishEvent) -> dict[str, Any] 
 
 async def list_models(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
-    return json_response({"object": "list", "data": [model_json(m) for m in runtime.models()]})
+    models = runtime.models()
+    sampling = await asyncio.to_thread(lambda: [model_sampling(runtime, m) for m in models])
+    return json_response({"object": "list", "data": [model_json(m, s) for m, s in zip(models, sampling, strict=True)]})
 
 
 async def get_model(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
-    return json_response(model_json(runtime.get(request.path_params["model"])))
+    m = runtime.get(request.path_params["model"])
+    return json_response(model_json(m, await asyncio.to_thread(model_sampling, runtime, m)))
 
 
-def model_json(m: LoadedModel) -> dict[str, Any]:
-    return {"id": m.name, "object": "model", "created": int(m.loaded_at), "owned_by": "llamay"}
+def model_sampling(runtime: Runtime, m: LoadedModel) -> dict[str, Any]:
+    """The sampling defaults a request that sets nothing gets on top of its API's own: the
+    GGUF's general.sampling.*, the server's flags, what `create` set (reads the GGUF header)."""
+    return {k: v for k, v in effective_params(runtime, m.name, m.info.path).items() if k in DEFAULTABLE}
+
+
+def model_json(m: LoadedModel, sampling: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A model object; `llamay_sampling` (an extension) holds its sampling defaults."""
+    out = {"id": m.name, "object": "model", "created": int(m.loaded_at), "owned_by": "llamay"}
+    return out | {"llamay_sampling": sampling or {}}
 
 
 def openai_routes() -> list[Route]:

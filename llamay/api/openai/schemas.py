@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...chat.tools import parse_tool_choice, parse_tools
@@ -14,10 +15,36 @@ from ..chatflow import ChatOptions
 from ..fields import Fields
 from ..jsonformat import json_object, json_style, schema_grammar
 
-__all__ = ["ChatRequest", "CompletionRequest", "parse_chat", "parse_completion", "Common"]
+__all__ = [
+    "ChatRequest",
+    "CompletionRequest",
+    "parse_chat",
+    "parse_completion",
+    "Common",
+    "LLAMA_SAMPLING",
+    "llama_sampling",
+    "with_defaults",
+]
 
 MAX_N = 16
 MAX_STOP = 16
+# llama-server's further sampler fields: name -> (integer?, lowest, highest), the ranges
+# SamplingParams.validate accepts. Their defaults are SamplingParams'.
+LLAMA_SAMPLING: dict[str, tuple[bool, float, float]] = {
+    "mirostat": (True, 0, 2),
+    "mirostat_tau": (False, 0.0, 100.0),
+    "mirostat_eta": (False, 0.0, 1.0),
+    "tfs_z": (False, 0.0, 1.0),
+    "xtc_probability": (False, 0.0, 1.0),
+    "xtc_threshold": (False, 0.0, 1.0),
+    "dry_multiplier": (False, 0.0, 100.0),
+    "dry_base": (False, 1.0, 100.0),
+    "dry_allowed_length": (True, 0, 1000),
+    "dry_penalty_last_n": (True, -1, 1_000_000),
+}
+# Fields a request sets that a model's or the server's default must not replace.
+_DEFAULTED = ("temperature", "top_p", "top_k", "min_p", "typical_p", "repeat_penalty", "repeat_last_n",
+              "presence_penalty", "frequency_penalty")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -35,6 +62,7 @@ class Common:
     session: str | None = None
     repetition: RepetitionParams | None = None
     cache_prompt: bool = True
+    sampling_given: frozenset[str] = field(default_factory=frozenset)  # set by the request
 
 
 @dataclass(frozen=True)
@@ -83,6 +111,36 @@ def _logit_bias(f: Fields) -> tuple[tuple[int, float], ...]:
     return tuple(out)
 
 
+def llama_sampling(f: Fields) -> dict[str, Any]:
+    """The llama-server sampler fields `f` holds (LLAMA_SAMPLING, `dry_sequence_breakers`),
+    typed; a value out of range is a 400 naming it. Sequence breakers need the token texts,
+    which the sampler is not given: a non-empty `dry_sequence_breakers` is a 400, and DRY
+    runs without breakers."""
+    out: dict[str, Any] = {}
+    for key, (whole, lo, hi) in LLAMA_SAMPLING.items():
+        value = f.integer(key, None, lo=int(lo), hi=int(hi)) if whole else f.number(key, None, lo=lo, hi=hi)
+        if value is not None:
+            out[key] = value
+    breakers = f.array("dry_sequence_breakers")
+    if breakers is not None:
+        name = f.name("dry_sequence_breakers")
+        if not all(isinstance(b, str) for b in breakers):
+            raise InvalidRequest(f"'{name}' must be an array of strings", param=name)
+        if breakers:
+            raise InvalidRequest(
+                f"'{name}': sequence breakers are not supported by this server; give [] (DRY without breakers)",
+                param=name,
+            )
+        out["dry_sequence_breakers"] = ()
+    return out
+
+
+def with_defaults(common: Common, defaults: Mapping[str, Any]) -> Common:
+    """`common` with a model's and the server's sampling defaults (see
+    SamplingParams.with_defaults) under the fields the request set."""
+    return replace(common, sampling=common.sampling.with_defaults(defaults, common.sampling_given))
+
+
 def _common(f: Fields, *, default_max: int | None, logprobs: int) -> Common:
     model = f.text("model", "") or ""
     stream = f.flag("stream", False)
@@ -93,6 +151,7 @@ def _common(f: Fields, *, default_max: int | None, logprobs: int) -> Common:
         max_tokens = f.integer("max_tokens", default_max, lo=1)
     n = f.integer("n", 1, lo=1, hi=MAX_N)
     temperature = f.number("temperature", 1.0, lo=0.0, hi=2.0)
+    extra = llama_sampling(f)
     sampling = SamplingParams(
         temperature=temperature,
         top_p=f.number("top_p", 1.0, lo=0.0, hi=1.0),
@@ -107,6 +166,7 @@ def _common(f: Fields, *, default_max: int | None, logprobs: int) -> Common:
         seed=f.integer("seed", None),
         logprobs=logprobs > 0,
         top_logprobs=max(0, logprobs - 1) if logprobs else 0,
+        **extra,
     )
     session = f.text("llamay_session")
     if session is not None and n > 1:
@@ -123,6 +183,7 @@ def _common(f: Fields, *, default_max: int | None, logprobs: int) -> Common:
         session,
         _repetition(f),
         f.flag("cache_prompt", True),
+        frozenset(k for k in _DEFAULTED if f.raw(k) is not None) | frozenset(extra),
     )
 
 
