@@ -114,8 +114,15 @@ CHAT = fields(
      "tool_choice": anyof(enum("auto", "none"), CHOICE_FN), "finish_tool": anyof(BOOL, STR)},
     allOf=[ONE_FORMAT, SESSION_ALONE, TOP_NEEDS_LOGPROBS])
 PROMPT = anyof(TEXT, arr(TEXT, minItems=1), TOKENS, arr(TOKENS, minItems=1))
-COMPLETION = fields("echo:bool logprobs:int[0,5]", {**SAMPLING, "prompt!": PROMPT, "suffix": {"const": ""}},
-                    allOf=[ONE_FORMAT, SESSION_ALONE])
+# max_tokens 0 reads the prompt only. echo with logprobs scores the prompt: not streamed, not
+# on a session.
+SCORED = {"properties": {"echo": {"const": True}, "logprobs": scalar("int")}, "required": ["echo", "logprobs"]}
+SCORED_ALONE = [{"not": {"allOf": [SCORED, {"required": [key], "properties": {key: no}}]}}
+                for key, no in (("stream", {"const": True}), ("llamay_session", STR))]
+COMPLETION = fields("echo:bool logprobs:int[0,5] max_tokens:int[0,] max_completion_tokens:int[0,]",
+                    {**{k: v for k, v in SAMPLING.items() if not k.startswith("max_")},
+                     "prompt!": PROMPT, "suffix": {"const": ""}},
+                    allOf=[ONE_FORMAT, SESSION_ALONE, *SCORED_ALONE])
 CONTEXT = fields("model:str marking:str", oneOf=[{"required": ["messages"]}, {"required": ["prompt"]}])
 CONTEXT["properties"] |= {"prompt": TEXT, "messages": arr(CHAT_MESSAGE, minItems=1)}  # neither may be null
 

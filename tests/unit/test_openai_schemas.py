@@ -67,3 +67,11 @@ def test_completion_bad_prompts(prompt: object) -> None:
 
 def test_completion_default_max_tokens_is_16() -> None:
     assert parse_completion({"prompt": "x"}).common.max_tokens == 16
+
+
+def test_completion_max_tokens_may_be_zero_chat_may_not() -> None:
+    assert parse_completion({"prompt": "x", "max_tokens": 0}).common.max_tokens == 0
+    with pytest.raises(InvalidRequest):
+        parse_completion({"prompt": "x", "max_tokens": -1})
+    with pytest.raises(InvalidRequest):
+        parse_chat(chat(max_completion_tokens=0))

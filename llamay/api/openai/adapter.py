@@ -3,13 +3,14 @@ No I/O here, so everything is tested with golden JSON."""
 
 from __future__ import annotations
 
+import codecs
 import secrets
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ...engine.request import ConstraintPlan, GenerateRequest, SessionSpec
-from ...types import FinishEvent, SamplingParams, StopSpec, TokenEvent, Usage
+from ...types import FinishEvent, PromptLogprob, SamplingParams, StopSpec, TokenEvent, TopLogprob, Usage
 from ..chatflow import output_limit
 from .schemas import Common
 
@@ -21,6 +22,8 @@ __all__ = [
     "chat_response",
     "chat_chunk",
     "completion_response",
+    "completion_usage_json",
+    "Echo",
     "completion_chunk",
     "finish_reason",
     "usage_chunk",
@@ -32,12 +35,19 @@ def new_id(prefix: str) -> str:
 
 
 def requests_for(
-    tokens: list[int], common: Common, n_ctx: int, plan: ConstraintPlan | None = None, *, default_max: int
+    tokens: list[int],
+    common: Common,
+    n_ctx: int,
+    plan: ConstraintPlan | None = None,
+    *,
+    default_max: int,
+    prompt_logprobs: int | None = None,
 ) -> list[GenerateRequest]:
     """One engine request per choice. With a seed, choice i uses seed + i so that n > 1
     gives different texts that are still reproducible. `plan` defaults to the request's
     grammar, active from the first token. `default_max` limits constrained output when
-    the request sets no limit (see chatflow.output_limit)."""
+    the request sets no limit (see chatflow.output_limit). `prompt_logprobs`: score the
+    prompt's tokens with that many alternatives (see GenerateRequest)."""
     if plan is None and common.grammar is not None:
         plan = ConstraintPlan(common.grammar, label="json")
     max_tokens = output_limit(plan, common.max_tokens, default_max, n_ctx - len(tokens))
@@ -57,6 +67,7 @@ def requests_for(
                 session=session,
                 repetition=common.repetition,
                 cache=common.cache_prompt,
+                prompt_logprobs=prompt_logprobs,
             )
         )
     return out
@@ -174,22 +185,83 @@ def usage_chunk(rid: str, model: str, created: int, obj: str, usages: list[Usage
     }
 
 
-def completion_logprobs_json(events: list[TokenEvent], offset: int) -> dict[str, Any]:
-    tokens, lps, tops, offsets = [], [], [], []
+@dataclass(frozen=True)
+class Echo:
+    """A completion choice's echoed prompt: its text, and with `logprobs` the bytes of its
+    first token and the engine's scores of the others (FinishEvent.prompt_logprobs)."""
+
+    text: str
+    first: bytes = b""
+    scores: tuple[PromptLogprob, ...] | None = None
+
+
+def _top_json(text: str, logprob: float | None, top: tuple[TopLogprob, ...]) -> dict[str, float | None]:
+    """The alternatives at one position, with the actual token added as OpenAI does."""
+    out = {_text_of(t.text): _lp(t.logprob) for t in top}
+    if logprob is not None:
+        out.setdefault(text, _lp(logprob))
+    return out
+
+
+def completion_logprobs_json(
+    events: list[TokenEvent], offset: int, echo: Echo | None = None
+) -> dict[str, Any]:
+    """OpenAI's legacy logprobs. With a scored `echo`, the prompt's tokens come first (the
+    first one without a logprob: nothing precedes it). `text_offset` counts characters of
+    the choice's text, from `offset` (where the generated text starts) or, when the prompt
+    is scored, from its start."""
+    tokens: list[str] = []
+    lps: list[float | None] = []
+    tops: list[dict[str, float | None] | None] = []
+    offsets: list[int] = []
+    if echo is not None and echo.scores is not None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pos = 0
+        pieces = [echo.first, *(p.text for p in echo.scores)]
+        for i, piece in enumerate(pieces):
+            text = _text_of(piece)
+            tokens.append(text)
+            offsets.append(pos)
+            pos += len(decoder.decode(piece))  # the echoed text decodes the prompt's bytes as one
+            if i == 0:
+                lps.append(None)
+                tops.append(None)
+            else:
+                score = echo.scores[i - 1]
+                lps.append(_lp(score.logprob))
+                tops.append(_top_json(text, score.logprob, score.top))
+        offset = len(echo.text)
     pos = offset
     for e in events:
         text = _text_of(e.token_bytes)
         tokens.append(text)
         lps.append(_lp(e.logprob))
-        tops.append({_text_of(t.text): _lp(t.logprob) for t in e.top})
+        tops.append(_top_json(text, e.logprob, e.top))
         offsets.append(pos)
         pos += len(text)
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
 
 
+def completion_usage_json(usages: list[Usage], n: int) -> dict[str, Any]:
+    """Each prompt counts once however many choices (`n`) it has; completions add up."""
+    body = usage_json(usages)
+    prompt = sum(u.prompt_tokens for u in usages[::n])
+    body["prompt_tokens"] = prompt
+    body["total_tokens"] = prompt + body["completion_tokens"]
+    body["prompt_tokens_details"] = {"cached_tokens": sum(u.cached_tokens for u in usages[::n])}
+    return body
+
+
 def completion_response(
-    rid: str, model: str, choices: list[tuple[str, FinishEvent, list[TokenEvent] | None]], prefix_len: int = 0
+    rid: str,
+    model: str,
+    choices: list[tuple[str, FinishEvent, list[TokenEvent] | None]],
+    echoes: list[Echo] | None = None,
+    n: int = 1,
 ) -> dict[str, Any]:
+    """Choices in order, `n` per prompt; `echoes[i]` is choice i's echoed prompt (its text
+    already starts `choices[i]`'s text)."""
+    echo_of: list[Echo | None] = list(echoes) if echoes else [None] * len(choices)
     return {
         "id": rid,
         "object": "text_completion",
@@ -199,13 +271,15 @@ def completion_response(
             {
                 "index": i,
                 "text": text,
-                "logprobs": completion_logprobs_json(events, prefix_len) if events is not None else None,
+                "logprobs": completion_logprobs_json(events, len(echo.text) if echo else 0, echo)
+                if events is not None
+                else None,
                 "finish_reason": finish_reason(fin),
                 **finish_extra(fin),
             }
-            for i, (text, fin, events) in enumerate(choices)
+            for i, ((text, fin, events), echo) in enumerate(zip(choices, echo_of, strict=True))
         ],
-        "usage": usage_json([fin.usage for _, fin, _ in choices]),
+        "usage": completion_usage_json([fin.usage for _, fin, _ in choices], n),
     }
 
 

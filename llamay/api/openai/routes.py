@@ -13,12 +13,12 @@ from starlette.routing import Route
 
 from ...engine.client import EventStream, merge, submit_all
 from ...engine.request import ConstraintPlan
-from ...errors import InvalidRequest
+from ...errors import EngineError, InvalidRequest
 from ...runtime import LoadedModel, Runtime
-from ...types import DEFAULTABLE, FinishEvent, TokenEvent, Usage
+from ...types import FinishEvent, TokenEvent, Usage
 from .. import jsonformat
 from ..http import json_response, read_json, sse_frame, sse_response, until_disconnect
-from ..ollama.common import effective_params
+from ..ollama.common import sampling_defaults
 from . import adapter
 from .chat import chat_completions
 from .common import Choice, check_plan, collect, session_tokens
@@ -37,51 +37,64 @@ def completion_prompt(lm: LoadedModel, prompt: str | list[int]) -> list[int]:
 async def completions(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     req = parse_completion(await read_json(request))
-    lm = await runtime.use(req.common.model)
-    req.common.sampling.validate(lm.model.n_vocab)  # logit_bias ids must be in this vocabulary
-    if len(req.prompts) > 1 and (req.common.stream or req.common.session is not None):
+    common = req.common
+    # echo with logprobs scores the prompt's own tokens (lm-evaluation-harness log-likelihoods).
+    score = req.echo and req.logprobs is not None
+    if score and common.stream:
+        raise InvalidRequest("'echo' with 'logprobs' is not supported when streaming", param="stream")
+    if score and common.session is not None:
+        raise InvalidRequest("'echo' with 'logprobs' cannot score a 'llamay_session' prompt", param="echo")
+    lm = await runtime.use(common.model)
+    common.sampling.validate(lm.model.n_vocab)  # logit_bias ids must be in this vocabulary
+    if len(req.prompts) > 1 and (common.stream or common.session is not None):
         raise InvalidRequest("streaming and 'llamay_session' take one prompt per request", param="prompt")
     prompts = [completion_prompt(lm, p) for p in req.prompts]
-    await check_plan(lm, ConstraintPlan(req.common.grammar) if req.common.grammar is not None else None)
+    await check_plan(lm, ConstraintPlan(common.grammar) if common.grammar is not None else None)
     text = req.prompts[0] if isinstance(req.prompts[0], str) else None
-    # The first prompt is submitted at once so that a session is reserved and released in one place.
-    async with session_tokens(request, lm, req.common, prompts[0], text) as first:
+    n_ctx, default_max = lm.engine.n_ctx, runtime.config.max_tokens
+    # Every prompt is submitted at once, so they share decode steps; inside the `with`, so
+    # that a session is reserved and released in one place.
+    async with session_tokens(request, lm, common, prompts[0], text) as first:
         prompts[0] = first
-        first_streams = submit_all(
-            lm.engine,
-            adapter.requests_for(first, req.common, lm.engine.n_ctx, default_max=runtime.config.max_tokens),
-        )
+        engine_requests = [
+            r
+            for tokens in prompts
+            for r in adapter.requests_for(
+                tokens,
+                common,
+                n_ctx,
+                default_max=default_max,
+                prompt_logprobs=req.logprobs if score else None,
+            )
+        ]
+        cap = lm.engine.config.max_queue
+        if len(engine_requests) > cap:  # a full queue would be a 503 that no retry could cure
+            raise InvalidRequest(f"at most {cap} prompts times 'n' fit in one request", param="prompt")
+        streams = submit_all(lm.engine, engine_requests)
     rid = adapter.new_id("cmpl")
     want_lp = req.logprobs is not None
-    if req.common.stream:
-        echo = lm.model.detokenize(prompts[0]) if req.echo else ""
-        return sse_response(_completion_frames(rid, lm.name, req.common, first_streams, echo, want_lp))
+    if common.stream:
+        echoed = lm.model.detokenize(prompts[0]) if req.echo else ""
+        return sse_response(_completion_frames(rid, lm.name, common, streams, echoed, want_lp))
+    got = await until_disconnect(request, collect(streams, want_lp))
     choices: list[Choice] = []
-    prefixes: list[str] = []
-    reports: list[dict[str, Any] | None] = []
-    for i, tokens in enumerate(prompts):
-        streams = (
-            first_streams
-            if i == 0
-            else submit_all(
-                lm.engine,
-                adapter.requests_for(
-                    tokens, req.common, lm.engine.n_ctx, default_max=runtime.config.max_tokens
-                ),
-            )
+    echoes: list[adapter.Echo] = []
+    for i, (out, fin, evs) in enumerate(got):
+        tokens = prompts[i // common.n]
+        if score and fin.prompt_logprobs is None:
+            raise EngineError("the prompt could not be scored (the KV cache is full?)")
+        echo = adapter.Echo(
+            lm.model.detokenize(tokens) if req.echo else "",
+            lm.model.piece(tokens[0]) if score else b"",
+            fin.prompt_logprobs if score else None,
         )
-        prefix = lm.model.detokenize(tokens) if req.echo else ""
-        got = await until_disconnect(request, collect(streams, want_lp))
-        choices.extend((prefix + text, fin, evs) for text, fin, evs in got)
-        prefixes.extend(prefix for _ in got)
-        reports.extend([await _check(req.common, text, fin) for text, fin, _ in got])
-    body = adapter.completion_response(rid, lm.name, choices)
+        choices.append((echo.text + out, fin, evs))
+        echoes.append(echo)
+    reports = [await _check(common, out, fin) for out, fin, _ in got]
+    body = adapter.completion_response(rid, lm.name, choices, echoes, common.n)
     for choice, report in zip(body["choices"], reports, strict=True):
         if report is not None:
             choice["schema_check"] = report
-    if want_lp:  # text offsets count from the start of each choice's text (after the echo)
-        for choice, prefix in zip(body["choices"], prefixes, strict=True):
-            choice["logprobs"]["text_offset"] = [o + len(prefix) for o in choice["logprobs"]["text_offset"]]
     return json_response(body)
 
 
@@ -134,24 +147,19 @@ async def _check(common: Common, text: str, fin: FinishEvent) -> dict[str, Any] 
 async def list_models(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     models = runtime.models()
-    sampling = await asyncio.to_thread(lambda: [model_sampling(runtime, m) for m in models])
+    sampling = await asyncio.to_thread(lambda: [sampling_defaults(runtime, m) for m in models])
     return json_response({"object": "list", "data": [model_json(m, s) for m, s in zip(models, sampling, strict=True)]})
 
 
 async def get_model(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     m = runtime.get(request.path_params["model"])
-    return json_response(model_json(m, await asyncio.to_thread(model_sampling, runtime, m)))
-
-
-def model_sampling(runtime: Runtime, m: LoadedModel) -> dict[str, Any]:
-    """The sampling defaults a request that sets nothing gets on top of its API's own: the
-    GGUF's general.sampling.*, the server's flags, what `create` set (reads the GGUF header)."""
-    return {k: v for k, v in effective_params(runtime, m.name, m.info.path).items() if k in DEFAULTABLE}
+    return json_response(model_json(m, await asyncio.to_thread(sampling_defaults, runtime, m)))
 
 
 def model_json(m: LoadedModel, sampling: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A model object; `llamay_sampling` (an extension) holds its sampling defaults."""
+    """A model object; `llamay_sampling` (an extension) holds its sampling defaults: the
+    GGUF's general.sampling.*, then the server's flags, then what `create` set."""
     out = {"id": m.name, "object": "model", "created": int(m.loaded_at), "owned_by": "llamay"}
     return out | {"llamay_sampling": sampling or {}}
 

@@ -141,14 +141,15 @@ def with_defaults(common: Common, defaults: Mapping[str, Any]) -> Common:
     return replace(common, sampling=common.sampling.with_defaults(defaults, common.sampling_given))
 
 
-def _common(f: Fields, *, default_max: int | None, logprobs: int) -> Common:
+def _common(f: Fields, *, default_max: int | None, logprobs: int, min_tokens: int = 1) -> Common:
+    """`min_tokens`: the smallest `max_tokens` allowed (0 on completions: prefill only)."""
     model = f.text("model", "") or ""
     stream = f.flag("stream", False)
     opts = f.obj("stream_options") or {}
     include_usage = Fields(opts, "stream_options").flag("include_usage", False)
-    max_tokens = f.integer("max_completion_tokens", None, lo=1)
+    max_tokens = f.integer("max_completion_tokens", None, lo=min_tokens)
     if max_tokens is None:
-        max_tokens = f.integer("max_tokens", default_max, lo=1)
+        max_tokens = f.integer("max_tokens", default_max, lo=min_tokens)
     n = f.integer("n", 1, lo=1, hi=MAX_N)
     temperature = f.number("temperature", 1.0, lo=0.0, hi=2.0)
     extra = llama_sampling(f)
@@ -298,7 +299,8 @@ def parse_completion(body: Any) -> CompletionRequest:
     if f.raw("suffix"):
         raise InvalidRequest("'suffix' (insertion) is not supported by this server", param="suffix")
     logprobs = f.integer("logprobs", None, lo=0, hi=5)
-    common = _common(f, default_max=16, logprobs=(1 + logprobs) if logprobs is not None else 0)
+    # max_tokens 0 reads the prompt only: with echo and logprobs, to score it.
+    common = _common(f, default_max=16, logprobs=(1 + logprobs) if logprobs is not None else 0, min_tokens=0)
     best_of = f.integer("best_of", None, lo=1)
     if best_of is not None and best_of != common.n:
         raise InvalidRequest("'best_of' other than 'n' is not supported", param="best_of")
