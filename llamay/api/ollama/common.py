@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from ...errors import LlamayError, ModelNotFound
 from ...runtime import LoadedModel
 from ...store import gguf_sampling_defaults
+from ...types import DEFAULTABLE
 from .adapter import nanos
 from .ggufmeta import HeaderCache
 
@@ -35,6 +36,7 @@ __all__ = [
     "model_defaults",
     "effective_params",
     "server_defaults",
+    "sampling_defaults",
     "headers",
 ]
 
@@ -172,6 +174,12 @@ def effective_params(runtime: Any, name: str, path: Path | None) -> dict[str, An
     gguf = gguf_sampling_defaults(path) if path is not None else {}
     own = {k: v for k, v in (params or {}).items() if k not in gguf or gguf[k] != v}
     return {**gguf, **server_defaults(runtime), **own}
+
+
+def sampling_defaults(runtime: Any, lm: LoadedModel) -> dict[str, Any]:
+    """The sampling fields of `effective_params` for a loaded model: what a request that
+    sets none gets over its API's own defaults (see SamplingParams.with_defaults)."""
+    return {k: v for k, v in effective_params(runtime, lm.name, lm.info.path).items() if k in DEFAULTABLE}
 
 
 def _defaults(runtime: Any, lm: LoadedModel) -> tuple[dict[str, Any], str | None]:
