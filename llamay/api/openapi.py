@@ -19,7 +19,7 @@ from .. import __version__
 from ..redact import DETECTORS, STYLES
 from .authn import ADMIN_PATHS, OPEN_PATHS
 from .http import MAX_BODY, json_response
-from .openai.schemas import LLAMA_SAMPLING, MAX_N, MAX_STOP
+from .openai.schemas import LLAMA_SAMPLING, MAX_N, MAX_STOP, UNSUPPORTED_SAMPLING
 from .redact import MAX_TEXT, MODEL_TYPES
 
 __all__ = ["OPERATIONS", "openapi_document", "openapi_routes", "undocumented"]
@@ -92,6 +92,7 @@ JSON_STYLE = {"json_layout": enum("compact", "indented", "free"), "schema_shape"
 # llama-server's further samplers (OpenAI bodies and Ollama options); breakers: only [] here.
 LLAMA = {name: scalar("int" if whole else "num", str(lo), str(hi)) for name, (whole, lo, hi) in LLAMA_SAMPLING.items()}
 LLAMA["dry_sequence_breakers"] = arr(STR, maxItems=0)
+LLAMA |= {name: {"const": off} for name, off in UNSUPPORTED_SAMPLING.items()}  # only "off"
 SAMPLING = fields(
     "model:str stream:bool max_tokens:int[1,] max_completion_tokens:int[1,] temperature:num[0,2] top_p:num[0,1] "
     "top_k:int[0,] min_p:num[0,1] typical_p:num[0,1] repeat_penalty:num[0,10] repeat_last_n:int[0,] seed:int "

@@ -62,6 +62,19 @@ def test_ollama_bad_extras_name_the_field(name: str, value: Any) -> None:
     assert err.value.param == f"options.{name}"
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("dynatemp_range", 0.5), ("top_n_sigma", 1.0), ("min_keep", 2), ("penalize_nl", True), ("samplers", ["top_k"]),
+     ("dynatemp_range", False)],
+)  # fmt: skip
+def test_unimplemented_llama_samplers_are_400_unless_off(name: str, value: Any) -> None:
+    with pytest.raises(InvalidRequest) as err:
+        parse_chat({**CHAT, name: value})
+    assert err.value.param == name
+    off = {"dynatemp_range": 0, "dynatemp_exponent": 1.0, "top_n_sigma": -1, "min_keep": 0, "penalize_nl": False}
+    assert parse_chat({**CHAT, **off}).common.sampling == parse_chat(CHAT).common.sampling
+
+
 def test_ollama_mirostat_and_tfs_are_no_longer_ignored() -> None:
     s = parse_options({**EXTRAS, "num_gpu": 99, "use_mmap": True}).sampling
     assert _fields(s) == EXTRAS

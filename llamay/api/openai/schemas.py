@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -42,6 +43,10 @@ LLAMA_SAMPLING: dict[str, tuple[bool, float, float]] = {
     "dry_allowed_length": (True, 0, 1000),
     "dry_penalty_last_n": (True, -1, 1_000_000),
 }
+# llama-server sampler fields this server does not implement: only their "off" value passes.
+UNSUPPORTED_SAMPLING: dict[str, Any] = {
+    "dynatemp_range": 0, "dynatemp_exponent": 1, "top_n_sigma": -1, "min_keep": 0, "penalize_nl": False,
+}  # fmt: skip
 # Fields a request sets that a model's or the server's default must not replace.
 _DEFAULTED = ("temperature", "top_p", "top_k", "min_p", "typical_p", "repeat_penalty", "repeat_last_n",
               "presence_penalty", "frequency_penalty")  # fmt: skip
@@ -113,9 +118,17 @@ def _logit_bias(f: Fields) -> tuple[tuple[int, float], ...]:
 
 def llama_sampling(f: Fields) -> dict[str, Any]:
     """The llama-server sampler fields `f` holds (LLAMA_SAMPLING, `dry_sequence_breakers`),
-    typed; a value out of range is a 400 naming it. Sequence breakers need the token texts,
-    which the sampler is not given: a non-empty `dry_sequence_breakers` is a 400, and DRY
-    runs without breakers."""
+    typed; a value out of range is a 400 naming it, and so is a sampler field this server
+    does not implement (UNSUPPORTED_SAMPLING, `samplers`) unless it says "off". Sequence
+    breakers need the token texts, which the sampler is not given: a non-empty
+    `dry_sequence_breakers` is a 400, and DRY runs without breakers."""
+    for key, off in UNSUPPORTED_SAMPLING.items():
+        value = f.raw(key)
+        if value is not None and (value != off or isinstance(value, bool) != isinstance(off, bool)):
+            name = f.name(key)
+            raise InvalidRequest(f"'{name}' is not supported by this server (only {json.dumps(off)}, off)", param=name)
+    if f.raw("samplers") is not None:
+        raise InvalidRequest(f"'{f.name('samplers')}': the sampler order is fixed here", param=f.name("samplers"))
     out: dict[str, Any] = {}
     for key, (whole, lo, hi) in LLAMA_SAMPLING.items():
         value = f.integer(key, None, lo=int(lo), hi=int(hi)) if whole else f.number(key, None, lo=lo, hi=hi)
