@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute, Route
 
 from .. import __version__
 from ..redact import DETECTORS, STYLES
+from ..types import MAX_BREAKERS
 from .authn import ADMIN_PATHS, OPEN_PATHS
 from .http import MAX_BODY, json_response
 from .openai.schemas import LLAMA_SAMPLING, MAX_N, MAX_STOP, UNSUPPORTED_SAMPLING
@@ -89,9 +90,9 @@ LOGIT_BIAS = {"type": "object", "propertyNames": {"pattern": "^[0-9]+$"},
               "additionalProperties": scalar("num", "-100", "100")}
 # How JSON output is laid out and shaped (api/jsonformat), on every API.
 JSON_STYLE = {"json_layout": enum("compact", "indented", "free"), "schema_shape": enum("tight", "free")}
-# llama-server's further samplers (OpenAI bodies and Ollama options); breakers: only [] here.
+# llama-server's further samplers (OpenAI bodies and Ollama options).
 LLAMA = {name: scalar("int" if whole else "num", str(lo), str(hi)) for name, (whole, lo, hi) in LLAMA_SAMPLING.items()}
-LLAMA["dry_sequence_breakers"] = arr(STR, maxItems=0)
+LLAMA["dry_sequence_breakers"] = arr(TEXT, maxItems=MAX_BREAKERS)
 LLAMA |= {name: {"const": off} for name, off in UNSUPPORTED_SAMPLING.items()}  # only "off"
 SAMPLING = fields(
     "model:str stream:bool max_tokens:int[1,] max_completion_tokens:int[1,] temperature:num[0,2] top_p:num[0,1] "

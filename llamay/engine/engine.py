@@ -215,7 +215,9 @@ class Engine:
             if seed is None:
                 seed = secrets.randbits(63)
             try:
-                seq = Sequence(handle, sink, seq_id, self.model.n_vocab, seed, self._structural_tokens())
+                seq = Sequence(
+                    handle, sink, seq_id, self.model.n_vocab, seed, self._structural_tokens(), self.model.pieces
+                )
                 plan = handle.request.constraint
                 if plan is not None and not plan.lazy:
                     seq.activate(self.model.ll_tokenizer)

@@ -29,6 +29,7 @@ class Sequence:
         n_vocab: int,
         seed: int,
         structural: np.ndarray | None = None,
+        pieces: list[bytes] | None = None,
     ) -> None:
         req: GenerateRequest = handle.request
         self.handle = handle
@@ -41,7 +42,7 @@ class Sequence:
         self.n_cached = 0
         self.prompt_scores: list[PromptLogprob] = []  # see GenerateRequest.prompt_logprobs
         params: SamplingParams = req.sampling
-        self.sampler = Sampler(params, n_vocab, seed, req.tokens)
+        self.sampler = Sampler(params, n_vocab, seed, req.tokens, pieces)  # pieces: DRY's breakers
         self.text = TextStream(req.stop.stop)
         self.plan: ConstraintPlan | None = req.constraint
         self.active = False  # the plan's trigger fired (or it had none)

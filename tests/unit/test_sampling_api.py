@@ -25,7 +25,7 @@ EXTRAS: dict[str, Any] = {
 BAD: list[tuple[str, Any]] = [
     ("mirostat", 3), ("mirostat", 1.5), ("mirostat_tau", -1), ("mirostat_eta", 2), ("tfs_z", 1.5),
     ("xtc_probability", -0.1), ("xtc_threshold", 1.1), ("dry_multiplier", -1), ("dry_base", 0.5),
-    ("dry_allowed_length", -1), ("dry_penalty_last_n", -2), ("dry_sequence_breakers", ["\n"]),
+    ("dry_allowed_length", -1), ("dry_penalty_last_n", -2), ("dry_sequence_breakers", [""]),
     ("dry_sequence_breakers", [1]), ("tfs_z", "low"),
 ]  # fmt: skip
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}
@@ -46,6 +46,13 @@ def test_openai_extras_reach_sampling_params() -> None:
 def test_openai_defaults_leave_the_extras_off() -> None:
     s = parse_chat(CHAT).common.sampling
     assert (s.mirostat, s.tfs_z, s.xtc_probability, s.dry_multiplier) == (0, 1.0, 0.0, 0.0)
+
+
+def test_dry_breakers_default_to_llama_servers() -> None:
+    assert parse_chat(CHAT).common.sampling.dry_sequence_breakers == ("\n", ":", '"', "*")
+    given = parse_chat({**CHAT, "dry_sequence_breakers": ["END", "\n\n"]}).common.sampling
+    assert given.dry_sequence_breakers == ("END", "\n\n")
+    assert parse_options({"dry_sequence_breakers": []}).sampling.dry_sequence_breakers == ()
 
 
 @pytest.mark.parametrize(("name", "value"), BAD)

@@ -22,6 +22,7 @@ from ...types import ErrorEvent, FinishEvent, StopSpec, TokenEvent
 from .. import jsonformat
 from ..chatflow import ChatOptions, ChatOutput, ChatSetup, prepare_chat
 from ..http import json_response, read_json, sse_response, until_disconnect
+from ..ollama.common import sampling_defaults
 from ..openai.common import check_plan
 from . import adapter
 from .blocks import BlockAssembler
@@ -108,6 +109,7 @@ class _Run:
 async def create_message(request: Request) -> Response:
     req = parse_messages_request(await read_json(request))
     lm = await _model(request, req.model)
+    req = req.with_defaults(await asyncio.to_thread(sampling_defaults, request.app.state.runtime, lm))
     setup = render(lm, req.options, req.prefill)
     await check_plan(lm, setup.plan)
     mark = breakpoint_tokens(lm, req, setup.tokens)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -16,9 +17,10 @@ from ...types import ErrorEvent, FinishEvent, TokenEvent, Usage
 from .. import jsonformat
 from ..chatflow import ChatOutput, ChatSetup, Piece, prepare_chat
 from ..http import json_response, read_json, sse_frame, sse_response, until_disconnect
+from ..ollama.common import sampling_defaults
 from . import adapter
 from .common import check_plan, collect, session_tokens
-from .schemas import ChatRequest, parse_chat
+from .schemas import ChatRequest, parse_chat, with_defaults
 
 __all__ = ["chat_completions"]
 
@@ -27,6 +29,10 @@ async def chat_completions(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     req = parse_chat(await read_json(request))
     lm = await runtime.use(req.common.model)
+    # The model's and the server's sampling defaults, under what the request set.
+    req = replace(
+        req, common=with_defaults(req.common, await asyncio.to_thread(sampling_defaults, runtime, lm))
+    )
     req.common.sampling.validate(lm.model.n_vocab)  # logit_bias ids must be in this vocabulary
     setup = prepare_chat(lm, req.options)
     await check_plan(lm, setup.plan)

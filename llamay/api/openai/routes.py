@@ -22,7 +22,7 @@ from ..ollama.common import sampling_defaults
 from . import adapter
 from .chat import chat_completions
 from .common import Choice, check_plan, collect, session_tokens
-from .schemas import Common, parse_completion
+from .schemas import Common, parse_completion, with_defaults
 
 __all__ = ["openai_routes"]
 
@@ -45,6 +45,7 @@ async def completions(request: Request) -> Response:
     if score and common.session is not None:
         raise InvalidRequest("'echo' with 'logprobs' cannot score a 'llamay_session' prompt", param="echo")
     lm = await runtime.use(common.model)
+    common = with_defaults(common, await asyncio.to_thread(sampling_defaults, runtime, lm))
     common.sampling.validate(lm.model.n_vocab)  # logit_bias ids must be in this vocabulary
     if len(req.prompts) > 1 and (common.stream or common.session is not None):
         raise InvalidRequest("streaming and 'llamay_session' take one prompt per request", param="prompt")

@@ -11,7 +11,7 @@ from ...chat.tools import parse_tool_choice, parse_tools
 from ...engine.repetition import RepetitionParams
 from ...errors import InvalidRequest
 from ...grammar import Grammar
-from ...types import SamplingParams
+from ...types import DRY_BREAKERS, MAX_BREAKERS, SamplingParams
 from ..chatflow import ChatOptions
 from ..fields import Fields
 from ..jsonformat import json_object, json_style, schema_grammar
@@ -119,9 +119,8 @@ def _logit_bias(f: Fields) -> tuple[tuple[int, float], ...]:
 def llama_sampling(f: Fields) -> dict[str, Any]:
     """The llama-server sampler fields `f` holds (LLAMA_SAMPLING, `dry_sequence_breakers`),
     typed; a value out of range is a 400 naming it, and so is a sampler field this server
-    does not implement (UNSUPPORTED_SAMPLING, `samplers`) unless it says "off". Sequence
-    breakers need the token texts, which the sampler is not given: a non-empty
-    `dry_sequence_breakers` is a 400, and DRY runs without breakers."""
+    does not implement (UNSUPPORTED_SAMPLING, `samplers`) unless it says "off". DRY's
+    sequence breakers default to llama-server's (newline, colon, double quote, asterisk)."""
     for key, off in UNSUPPORTED_SAMPLING.items():
         value = f.raw(key)
         if value is not None and (value != off or isinstance(value, bool) != isinstance(off, bool)):
@@ -137,14 +136,13 @@ def llama_sampling(f: Fields) -> dict[str, Any]:
     breakers = f.array("dry_sequence_breakers")
     if breakers is not None:
         name = f.name("dry_sequence_breakers")
-        if not all(isinstance(b, str) for b in breakers):
-            raise InvalidRequest(f"'{name}' must be an array of strings", param=name)
-        if breakers:
+        if not all(isinstance(b, str) and b for b in breakers) or len(breakers) > MAX_BREAKERS:
             raise InvalidRequest(
-                f"'{name}': sequence breakers are not supported by this server; give [] (DRY without breakers)",
-                param=name,
+                f"'{name}' must be an array of at most {MAX_BREAKERS} non-empty strings", param=name
             )
-        out["dry_sequence_breakers"] = ()
+        out["dry_sequence_breakers"] = tuple(breakers)
+    else:
+        out["dry_sequence_breakers"] = DRY_BREAKERS
     return out
 
 
@@ -197,7 +195,7 @@ def _common(f: Fields, *, default_max: int | None, logprobs: int, min_tokens: in
         session,
         _repetition(f),
         f.flag("cache_prompt", True),
-        frozenset(k for k in _DEFAULTED if f.raw(k) is not None) | frozenset(extra),
+        frozenset(k for k in (*_DEFAULTED, *extra) if f.raw(k) is not None),
     )
 
 
