@@ -117,8 +117,8 @@ def test_regex_and_gbnf_on_completions(client: openai.OpenAI) -> None:
     [
         (schema_format({"type": "array", "uniqueItems": True}), "uniqueItems"),
         (
-            schema_format({"type": "object", "properties": {"a": {"type": "string", "minLenght": 3}}}),
-            "minLenght",
+            schema_format({"type": "object", "properties": {"a": {"type": "array", "contains": {"const": 3}}}}),
+            "contains",
         ),
         ({"type": "json_schema", "json_schema": {"name": "x"}}, "schema"),
         ({"type": "xml"}, "response_format.type"),
