@@ -157,6 +157,15 @@ class Sampler:
         mask allows nothing, or everything allowed is banned) or the inputs are malformed.
         Does not call `accept()`: the caller does, once the token is really emitted.
         """
+        if mask is not None and self.params.greedy and not self._want_logprobs:
+            # Greedy and the model's own first choice is allowed (the usual case inside a
+            # value): it is also the first choice among the allowed, so the vocabulary-wide
+            # unpacking and masking below can be skipped. Same token, ties included: both
+            # pick the lowest id among equal maxima.
+            _, x = self._candidates(logits, None)
+            token = int(np.argmax(x))
+            if x[token] > -np.inf and self._allows(mask, token):
+                return Sample(token)
         ids, vals = self._candidates(logits, mask)
         top_val = vals.max()
         if not top_val > -np.inf:
@@ -225,6 +234,12 @@ class Sampler:
         if p.repeat_penalty != 1.0:
             v = np.where(v <= 0, v * p.repeat_penalty, v / p.repeat_penalty)
         x[toks] = v - (counts * p.frequency_penalty + p.presence_penalty)
+
+    def _allows(self, mask: np.ndarray, token: int) -> bool:
+        words = (self.n_vocab + 31) // 32
+        if mask.ndim != 1 or len(mask) < words or mask.dtype.kind not in "iu" or mask.dtype.itemsize != 4:
+            return False  # malformed: the full path reports it
+        return bool((int(mask[token >> 5]) >> (token & 31)) & 1)
 
     def _unpack(self, mask: np.ndarray) -> np.ndarray:
         words = (self.n_vocab + 31) // 32
