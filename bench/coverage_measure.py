@@ -91,11 +91,11 @@ def _schema_error_reason(e: Any) -> str:
 
 def _llamay(task: Task) -> dict[str, Any]:
     from llamay.errors import GrammarError
-    from llamay.grammar import SchemaError, byte_tokenizer, compile_cached
+    from llamay.grammar import SchemaError, byte_compile_cache
 
     try:
         grammar = build_grammar(task.schema, strict=task.mode == "strict")
-        compile_cached(grammar, byte_tokenizer())
+        byte_compile_cache().get(grammar)
     except SchemaError as e:
         return _refused(_schema_error_reason(e), e.message)
     except GrammarError as e:

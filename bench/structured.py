@@ -18,7 +18,7 @@ Measures, in one run, on the default model (SmolLM2 135M, 49k vocab) and on Gemm
    the prompt's decode).
 2. mask: Constraint.fill_mask per step, in this process, over the JSON text the model
    generated in (1), consumed token by token with the model's llguidance tokenizer.
-3. compile: Grammar.from_json_schema and compile_cached for every schema of the JSON
+3. compile: Grammar.from_json_schema and CompileCache.get for every schema of the JSON
    Schema Test Suite (2020-12) conformance files, per vocabulary; distinct specs only, so
    every timed compile really compiles. Refused schemas are counted apart.
 4. tools: the round trip a tool-using client makes on the default model with the official

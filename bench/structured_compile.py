@@ -15,15 +15,16 @@ from .structured_common import FACT_SCHEMA, Issues, ms_stats
 CONFORMANCE_DIR = Path("/work/shared/conformance/json-schema-test-suite-2020-12")
 
 
-def mask_step_times(grammar: Any, tokenizer: Any, tokens: list[int], passes: int) -> list[list[float]]:
-    """fill_mask timings (seconds) before each of `tokens`, one list per pass; a pass ends
-    early where the constraint rejects a token."""
+def mask_step_times(grammar: Any, cache: Any, tokens: list[int], passes: int) -> list[list[float]]:
+    """fill_mask timings (seconds) before each of `tokens`, one list per pass, compiling
+    through `cache` (a model's CompileCache); a pass ends early where the constraint
+    rejects a token."""
     from llamay.grammar import Constraint, allocate_mask
 
-    mask = allocate_mask(tokenizer)
+    mask = allocate_mask(cache.tokenizer)
     out: list[list[float]] = []
     for _ in range(passes):
-        constraint = Constraint(grammar, tokenizer)
+        constraint = Constraint(grammar, cache)
         times: list[float] = []
         for token in tokens:
             t0 = time.perf_counter()
@@ -45,7 +46,7 @@ def run_mask(model: Any, text: str, passes: int, issues: Issues) -> dict[str, An
     tokens = model.tokenize(text, add_special=False, parse_special=False)
     if not tokens:
         return {"skipped": "no constrained output to replay (see issues)"}
-    runs = mask_step_times(grammar, model.ll_tokenizer, tokens, passes)
+    runs = mask_step_times(grammar, model.compile_cache, tokens, passes)
     accepted = min(len(r) for r in runs)
     if accepted < len(tokens):
         issues.add("mask", f"the constraint rejected token {accepted - 1} of {len(tokens)} of {text!r}")
@@ -64,7 +65,7 @@ def run_mask(model: Any, text: str, passes: int, issues: Issues) -> dict[str, An
 @dataclass
 class CompileTally:
     build_s: list[float] = field(default_factory=list)  # Grammar.from_json_schema
-    compile_s: list[float] = field(default_factory=list)  # compile_cached, wall
+    compile_s: list[float] = field(default_factory=list)  # CompileCache.get, wall
     total_s: list[float] = field(default_factory=list)
     groups: int = 0
     duplicates: int = 0
@@ -86,7 +87,7 @@ def conformance_groups(step: int) -> list[tuple[str, Any]]:
 
 def compile_one(label: str, schema: Any, tokenizer: Any, seen: set[str], tally: CompileTally) -> None:
     from llamay.errors import GrammarError
-    from llamay.grammar import Grammar, compile_cached
+    from llamay.grammar import CompileCache, Grammar
 
     tally.groups += 1
     t0 = time.perf_counter()
@@ -102,7 +103,7 @@ def compile_one(label: str, schema: Any, tokenizer: Any, seen: set[str], tally: 
         return
     seen.add(grammar.spec_hash)
     try:
-        compile_cached(grammar, tokenizer)
+        CompileCache(tokenizer).get(grammar)  # a fresh cache: always a real compile
     except GrammarError:
         tally.refused_compile += 1
         return

@@ -11,12 +11,15 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import ContextOverflow, InvalidRequest
 from .native import ensure_backend, llama_cpp
+
+if TYPE_CHECKING:
+    from ..grammar.constraint import CompileCache
 
 __all__ = ["Model", "ModelInfo"]
 
@@ -64,6 +67,7 @@ class Model:
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
         self.info = self._read_info()
         self._ll_tokenizer: Any = None
+        self._compile_cache: CompileCache | None = None
         self._ll_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -109,13 +113,29 @@ class Model:
     def ll_tokenizer(self) -> Any:
         """This vocabulary as an llguidance tokenizer, built once (~0.25 s for 49k tokens)."""
         with self._ll_lock:
-            if self._ll_tokenizer is None:
-                from llguidance.llamacpp import lltokenizer_from_vocab
-
-                # Every end-of-generation token ends a constrained answer, not only vocab_eos.
-                eos = sorted(self.eog_ids) or None
-                self._ll_tokenizer = lltokenizer_from_vocab(self.vocab, n_vocab=self.n_vocab, eos_token=eos)
+            self._build_ll()
             return self._ll_tokenizer
+
+    @property
+    def compile_cache(self) -> CompileCache:
+        """Grammars compiled for `ll_tokenizer` (created with it, on first use)."""
+        with self._ll_lock:
+            self._build_ll()
+            assert self._compile_cache is not None
+            return self._compile_cache
+
+    def _build_ll(self) -> None:
+        if self._ll_tokenizer is not None:
+            return
+        from llguidance.llamacpp import lltokenizer_from_vocab
+
+        from ..grammar.constraint import CompileCache
+
+        # Every end-of-generation token ends a constrained answer, not only vocab_eos.
+        eos = sorted(self.eog_ids) or None
+        tokenizer = lltokenizer_from_vocab(self.vocab, n_vocab=self.n_vocab, eos_token=eos)
+        self._compile_cache = CompileCache(tokenizer)
+        self._ll_tokenizer = tokenizer
 
     def special_id(self, text: str) -> int | None:
         """The id of `text` when it is exactly one control or user-defined token of this

@@ -220,7 +220,7 @@ class Engine:
                 )
                 plan = handle.request.constraint
                 if plan is not None and not plan.lazy:
-                    seq.activate(self.model.ll_tokenizer)
+                    seq.activate(self.model.compile_cache)
             except Exception as exc:
                 self.pool.release(seq_id)
                 self._safe_sink(sink, ErrorEvent(exc))

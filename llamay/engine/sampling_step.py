@@ -40,7 +40,7 @@ def sample_step(engine: Engine, s: Sequence, row: int) -> None:
     piece = model.piece(token)
     push = s.text.push(piece)
     if s.plan is not None and s.triggered(token):
-        s.activate(model.ll_tokenizer)
+        s.activate(model.compile_cache)
     top = tuple(TopLogprob(t, model.piece(t), lp) for t, lp in sample.top)
     engine._safe_sink(s.sink, TokenEvent(token, push.text, sample.logprob, top, piece))
     _check_end(engine, s, stopped=push.stopped)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 
-from ..grammar import Constraint, allocate_mask
+from ..grammar import CompileCache, Constraint, allocate_mask
 from ..types import PromptLogprob, SamplingParams
 from .repetition import NgramPenalty, RepetitionParams
 from .request import ConstraintPlan, GenerateRequest, Handle, Sink
@@ -60,14 +59,14 @@ class Sequence:
         self.t_first: float | None = None
         self.done = False
 
-    def activate(self, tokenizer: Any) -> None:
-        """Switch the constraint on (from now on every token is masked); a plan without
-        a grammar only ends the unconstrained budget."""
+    def activate(self, cache: CompileCache) -> None:
+        """Switch the constraint on (from now on every token is masked), compiling through
+        the model's `cache`; a plan without a grammar only ends the unconstrained budget."""
         assert self.plan is not None
         self.active = True
         if self.plan.grammar is not None:
-            self.constraint = Constraint(self.plan.grammar, tokenizer)
-            self.mask = allocate_mask(tokenizer)
+            self.constraint = Constraint(self.plan.grammar, cache)
+            self.mask = allocate_mask(cache.tokenizer)
 
     def budget_token(self) -> int | None:
         """The token to force now because the unconstrained budget ran out, if any."""

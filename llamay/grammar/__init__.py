@@ -4,13 +4,14 @@
 validation time; every constructor raises GrammarError for what cannot be enforced, or,
 for a non-strict JSON schema, lists it in `Grammar.unenforced`). After generation,
 `llamay.grammar.validate.validate(schema, value)` reports what a value violates.
-`Constraint` is one request's matcher over the model's llguidance tokenizer: per step,
+`Constraint` is one request's matcher over the model's llguidance tokenizer, compiled
+through that tokenizer's `CompileCache` (`Model.compile_cache`): per step,
 `fill_mask` -> mask the logits -> sample -> `consume`.
 """
 
-from .constraint import Compiled, Constraint, allocate_mask, compile_cached
+from .constraint import CompileCache, Compiled, Constraint, allocate_mask
 from .grammar import Grammar, GrammarKind
-from .runtime import byte_tokenizer
+from .runtime import byte_compile_cache, byte_tokenizer
 from .schema import SchemaError
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "Constraint",
     "Compiled",
     "allocate_mask",
-    "compile_cached",
+    "CompileCache",
     "byte_tokenizer",
+    "byte_compile_cache",
 ]

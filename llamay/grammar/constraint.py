@@ -1,4 +1,5 @@
-"""The per-request constraint the engine applies while sampling, and the compile cache.
+"""The per-request constraint the engine applies while sampling, and the compile cache
+(one per tokenizer, held by the tokenizer's owner).
 
 Flow per decoding step (see `Constraint`): `fill_mask` -> apply the bitmask to the logits
 -> sample -> `consume`. A token the mask forbids can never be sampled, so the output
@@ -23,7 +24,7 @@ from .runtime import matcher_error, parser_limits
 if TYPE_CHECKING:
     from .grammar import Grammar
 
-__all__ = ["Compiled", "Constraint", "allocate_mask", "compile_cached", "CACHE_SIZE"]
+__all__ = ["Compiled", "CompileCache", "Constraint", "allocate_mask", "CACHE_SIZE"]
 
 CACHE_SIZE = 256  # compiled grammars kept (least recently used dropped first)
 
@@ -34,7 +35,6 @@ class Compiled:
     each request gets its own copy from `matcher()`."""
 
     spec_hash: str
-    tokenizer: llguidance.LLTokenizer  # held so its id() stays unique while cached
     template: llguidance.LLMatcher
     compile_seconds: float
 
@@ -43,45 +43,57 @@ class Compiled:
         return self.template.deep_copy()
 
 
-_cache: OrderedDict[tuple[str, int], Compiled] = OrderedDict()
-_cache_lock = threading.Lock()
-_inflight: dict[tuple[str, int], threading.Lock] = {}
-
-
 def spec_hash(spec: str) -> str:
     return hashlib.sha256(spec.encode()).hexdigest()
 
 
-def compile_cached(grammar: Grammar, tokenizer: llguidance.LLTokenizer) -> Compiled:
-    """Compile `grammar` for `tokenizer`, or return the cached result.
+class CompileCache:
+    """Grammars compiled for one tokenizer, owned by whoever owns that tokenizer (a
+    `Model` for its vocabulary; `grammar.runtime.byte_compile_cache` for the byte
+    tokenizer), so it lives and dies with it.
 
-    Keyed by (sha256 of the llguidance spec, id(tokenizer)); thread-safe, and concurrent
-    requests for the same key compile once. llguidance drops the GIL while compiling, so
-    other threads keep running. Raises GrammarError if the grammar does not compile for
-    this vocabulary (e.g. it names a special token the model lacks, or hits a limit).
+    An LRU of `size` entries keyed by the sha256 of the llguidance spec. Thread-safe, and
+    concurrent requests for the same grammar compile once. llguidance drops the GIL while
+    compiling, so other threads keep running.
     """
-    key = (grammar.spec_hash, id(tokenizer))
-    with _cache_lock:
-        hit = _cache.get(key)
-        if hit is not None:
-            _cache.move_to_end(key)
-            return hit
-        key_lock = _inflight.setdefault(key, threading.Lock())
-    with key_lock:
-        with _cache_lock:
-            hit = _cache.get(key)
-        if hit is not None:
-            return hit
-        try:
-            compiled = _compile(grammar, tokenizer)
-        finally:
-            with _cache_lock:
-                _inflight.pop(key, None)
-        with _cache_lock:
-            _cache[key] = compiled
-            while len(_cache) > CACHE_SIZE:
-                _cache.popitem(last=False)
-        return compiled
+
+    def __init__(self, tokenizer: llguidance.LLTokenizer, size: int = CACHE_SIZE) -> None:
+        self.tokenizer = tokenizer
+        self.size = size
+        self._entries: OrderedDict[str, Compiled] = OrderedDict()
+        self._lock = threading.Lock()
+        self._inflight: dict[str, threading.Lock] = {}
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def get(self, grammar: Grammar) -> Compiled:
+        """`grammar` compiled for this cache's tokenizer, compiling it on a miss. Raises
+        GrammarError if it does not compile for this vocabulary (e.g. it names a special
+        token the model lacks, or hits a limit)."""
+        key = grammar.spec_hash
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+                return hit
+            key_lock = self._inflight.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                hit = self._entries.get(key)
+            if hit is not None:
+                return hit
+            try:
+                compiled = _compile(grammar, self.tokenizer)
+            finally:
+                with self._lock:
+                    self._inflight.pop(key, None)
+            with self._lock:
+                self._entries[key] = compiled
+                while len(self._entries) > self.size:
+                    self._entries.popitem(last=False)
+            return compiled
 
 
 def _compile(grammar: Grammar, tokenizer: llguidance.LLTokenizer) -> Compiled:
@@ -91,7 +103,7 @@ def _compile(grammar: Grammar, tokenizer: llguidance.LLTokenizer) -> Compiled:
     error = matcher_error(matcher)
     if error is not None:
         raise GrammarError(f"grammar does not compile for this model: {error.strip()}", param=grammar.param)
-    return Compiled(grammar.spec_hash, tokenizer, matcher, elapsed)
+    return Compiled(grammar.spec_hash, matcher, elapsed)
 
 
 def allocate_mask(tokenizer: llguidance.LLTokenizer) -> np.ndarray:
@@ -101,20 +113,22 @@ def allocate_mask(tokenizer: llguidance.LLTokenizer) -> np.ndarray:
 
 
 class Constraint:
-    """One request's matcher over a model's LLTokenizer.
+    """One request's matcher over a model's LLTokenizer, compiled through that
+    tokenizer's `CompileCache` (`Model.compile_cache`).
 
     Not thread-safe: one request, one thread at a time. Never raises for anything the
     model generates; a rejected token puts it in an error state (`error` set, `consume`
     returns False) and the engine should end the request with an error finish reason.
     """
 
-    def __init__(self, grammar: Grammar, tokenizer: llguidance.LLTokenizer) -> None:
-        """Raises GrammarError if `grammar` does not compile for this tokenizer."""
+    def __init__(self, grammar: Grammar, cache: CompileCache) -> None:
+        """Raises GrammarError if `grammar` does not compile for the cache's tokenizer."""
+        tokenizer = cache.tokenizer
         self.grammar = grammar
         self.vocab_size = tokenizer.vocab_size
         self.eos_tokens = list(tokenizer.eos_tokens)
         self._n_words = (self.vocab_size + 31) // 32
-        self._matcher = compile_cached(grammar, tokenizer).matcher()
+        self._matcher = cache.get(grammar).matcher()
         self._error: str | None = None
 
     @property

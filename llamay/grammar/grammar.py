@@ -3,7 +3,7 @@
 A Grammar is built from a JSON schema, llama.cpp GBNF, a regex or llguidance Lark; every
 constructor validates it fully and raises GrammarError if it cannot be enforced. It can
 be checked against bytes without any model (`accepts_prefix`, `matches`), and the engine
-turns it into a per-request `Constraint` with the model's tokenizer.
+turns it into a per-request `Constraint` through the model's compile cache.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import llguidance
 from ..errors import GrammarError
 from . import bound, gbnf
 from . import schema as jschema
-from .constraint import compile_cached, spec_hash
-from .runtime import MAX_SOURCE_BYTES, byte_tokenizer, validate_spec
+from .constraint import spec_hash
+from .runtime import MAX_SOURCE_BYTES, byte_compile_cache, validate_spec
 from .shape import Layout, Shape
 
 __all__ = ["Grammar", "GrammarKind"]
@@ -170,7 +170,7 @@ class Grammar:
             )
         if b"\xff" in data:  # never valid UTF-8; id 255 is a special token, not a byte
             return None
-        matcher = compile_cached(self, byte_tokenizer()).matcher()
+        matcher = byte_compile_cache().get(self).matcher()
         # The byte tokenizer's token id for byte b is b.
         return matcher if matcher.try_consume_tokens(list(data)) == len(data) else None
 

@@ -11,9 +11,17 @@ import numpy as np
 import pytest
 
 from llamay.errors import GrammarError
-from llamay.grammar import Constraint, Grammar, allocate_mask, byte_tokenizer, compile_cached
+from llamay.grammar import (
+    CompileCache,
+    Constraint,
+    Grammar,
+    allocate_mask,
+    byte_compile_cache,
+    byte_tokenizer,
+)
 
 BYTES = byte_tokenizer()
+BYTES_CACHE = byte_compile_cache()
 
 
 class _WordVocab:
@@ -33,6 +41,7 @@ class _WordVocab:
 
 WORDS = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_WordVocab()))
 WORD_ID = {w: 256 + i for i, w in enumerate(_WordVocab.WORDS)}
+WORDS_CACHE = CompileCache(WORDS)
 
 
 def allowed(constraint: Constraint, tokenizer: llguidance.LLTokenizer) -> set[int]:
@@ -45,7 +54,7 @@ def allowed(constraint: Constraint, tokenizer: llguidance.LLTokenizer) -> set[in
 def test_mask_shape_and_eos() -> None:
     mask = allocate_mask(BYTES)
     assert mask.dtype == np.int32 and mask.shape == ((BYTES.vocab_size + 31) // 32,)
-    c = Constraint(Grammar.from_regex("[0-9]{1,2}"), BYTES)
+    c = Constraint(Grammar.from_regex("[0-9]{1,2}"), BYTES_CACHE)
     assert allowed(c, BYTES) == set(b"0123456789")
     assert c.consume(ord("4"))
     assert c.is_accepting() and not c.is_stopped()
@@ -56,7 +65,7 @@ def test_mask_shape_and_eos() -> None:
 
 
 def test_rejected_token_is_an_error_not_a_crash() -> None:
-    c = Constraint(Grammar.from_regex("a+"), BYTES)
+    c = Constraint(Grammar.from_regex("a+"), BYTES_CACHE)
     assert not c.consume(ord("b"))
     assert c.error and "b" in c.error
     assert c.is_stopped() and not c.is_accepting()
@@ -66,13 +75,13 @@ def test_rejected_token_is_an_error_not_a_crash() -> None:
 
 
 def test_out_of_vocab_token() -> None:
-    c = Constraint(Grammar.from_regex("a+"), BYTES)
+    c = Constraint(Grammar.from_regex("a+"), BYTES_CACHE)
     assert not c.consume(BYTES.vocab_size + 5)
     assert c.error is not None and "outside the vocabulary" in c.error
 
 
 def test_wrong_mask_is_refused() -> None:
-    c = Constraint(Grammar.from_regex("a"), BYTES)
+    c = Constraint(Grammar.from_regex("a"), BYTES_CACHE)
     with pytest.raises(ValueError):
         c.fill_mask(np.zeros(3, dtype=np.int64))
     with pytest.raises(ValueError):
@@ -83,7 +92,7 @@ def test_multibyte_tokens_and_forced_tokens() -> None:
     grammar = Grammar.from_json_schema(
         {"type": "object", "properties": {"name": {"const": "bob"}}, "required": ["name"]}
     )
-    c = Constraint(grammar, WORDS)
+    c = Constraint(grammar, WORDS_CACHE)
     first = allowed(c, WORDS)
     assert WORD_ID[b'{"'] in first and ord("{") in first and WORD_ID[b"true"] not in first
     assert c.forced_tokens() == []  # '{' alone is not forced: the token '{"' may follow
@@ -111,7 +120,7 @@ def test_sampling_loop_produces_valid_json() -> None:
     grammar = Grammar.from_json_schema(schema)
     rng = np.random.default_rng(0)
     for _ in range(20):
-        c = Constraint(grammar, WORDS)
+        c = Constraint(grammar, WORDS_CACHE)
         out: list[int] = []
         while not c.is_stopped() and len(out) < 200:
             choices = sorted(allowed(c, WORDS))
@@ -128,7 +137,7 @@ def test_sampling_loop_produces_valid_json() -> None:
 
 
 def test_forced_tokens() -> None:
-    c = Constraint(Grammar.from_regex("hello [0-9]"), BYTES)
+    c = Constraint(Grammar.from_regex("hello [0-9]"), BYTES_CACHE)
     forced = c.forced_tokens()
     assert BYTES.decode_bytes(forced) == b"hello "
     assert all(c.consume(t) for t in forced)
@@ -136,7 +145,7 @@ def test_forced_tokens() -> None:
 
 
 def test_rollback() -> None:
-    c = Constraint(Grammar.from_regex("ab"), BYTES)
+    c = Constraint(Grammar.from_regex("ab"), BYTES_CACHE)
     assert c.consume(ord("a")) and c.consume(ord("b"))
     assert c.rollback(1)
     assert allowed(c, BYTES) == {ord("b")}
@@ -147,7 +156,7 @@ def test_compile_cache_is_shared_and_thread_safe() -> None:
     results = []
 
     def work() -> None:
-        results.append(compile_cached(grammar, WORDS))
+        results.append(WORDS_CACHE.get(grammar))
 
     threads = [threading.Thread(target=work) for _ in range(8)]
     for t in threads:
@@ -155,19 +164,30 @@ def test_compile_cache_is_shared_and_thread_safe() -> None:
     for t in threads:
         t.join()
     assert len(results) == 8 and all(r is results[0] for r in results)
-    assert (
-        compile_cached(Grammar.from_json_schema(grammar_schema := {"type": "array"}), WORDS) is not results[0]
-    )
+    assert WORDS_CACHE.get(Grammar.from_json_schema(grammar_schema := {"type": "array"})) is not results[0]
     assert grammar_schema == {"type": "array"}  # the caller's schema is not mutated
     # Same spec from a separately built Grammar: same cache entry.
     again = Grammar.from_json_schema({"type": "array", "items": {"type": "string", "pattern": "^x+$"}})
-    assert compile_cached(again, WORDS) is results[0]
-    assert compile_cached(grammar, BYTES) is not results[0]  # keyed by tokenizer too
+    assert WORDS_CACHE.get(again) is results[0]
+    # Each tokenizer's owner holds its own cache.
+    assert BYTES_CACHE.get(grammar) is not results[0]
+    assert CompileCache(WORDS).get(grammar) is not results[0]
+
+
+def test_compile_cache_drops_least_recently_used() -> None:
+    cache = CompileCache(BYTES, size=2)
+    a, b, c = (Grammar.from_regex(src) for src in ("a", "b", "c"))
+    first, second = cache.get(a), cache.get(b)
+    assert cache.get(a) is first and len(cache) == 2  # a is now the most recently used
+    cache.get(c)  # drops b
+    assert len(cache) == 2 and cache.get(a) is first
+    assert cache.get(b) is not second and len(cache) == 2  # compiled again
+    assert Constraint(a, cache).consume(ord("a"))
 
 
 def test_constraints_are_independent() -> None:
     grammar = Grammar.from_regex("[ab]")
-    one, two = Constraint(grammar, BYTES), Constraint(grammar, BYTES)
+    one, two = Constraint(grammar, BYTES_CACHE), Constraint(grammar, BYTES_CACHE)
     assert one.consume(ord("a"))
     assert allowed(two, BYTES) == {ord("a"), ord("b")}
 
@@ -175,8 +195,8 @@ def test_constraints_are_independent() -> None:
 def test_special_tokens_in_lark() -> None:
     grammar = Grammar.from_lark('start: <|tool|> %json {"type": "integer"}')
     assert grammar.uses_tokens
-    c = Constraint(grammar, WORDS)
+    c = Constraint(grammar, WORDS_CACHE)
     assert allowed(c, WORDS) == {WORD_ID[b"<|tool|>"]}
     assert c.consume(WORD_ID[b"<|tool|>"]) and c.consume(ord("7")) and c.is_accepting()
     with pytest.raises(GrammarError, match="does not compile for this model"):
-        Constraint(Grammar.from_lark("start: <|missing|>"), WORDS)
+        Constraint(Grammar.from_lark("start: <|missing|>"), WORDS_CACHE)

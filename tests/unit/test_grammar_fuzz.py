@@ -18,7 +18,7 @@ import jsonschema
 import numpy as np
 import pytest
 
-from llamay.grammar import Grammar, SchemaError, byte_tokenizer, compile_cached
+from llamay.grammar import Grammar, SchemaError, byte_compile_cache, byte_tokenizer
 
 from .test_grammar_conformance import GROUPS
 
@@ -125,7 +125,7 @@ ADVERSARIAL: list[dict[str, Any]] = [
 
 def sample(grammar: Grammar, rng: np.random.Generator, limit: int = 400) -> bytes | None:
     """One random text the grammar allows, or None if the walk got too long."""
-    matcher = compile_cached(grammar, TOKENIZER).matcher()
+    matcher = byte_compile_cache().get(grammar).matcher()
     mask = np.zeros((TOKENIZER.vocab_size + 31) // 32, dtype=np.int32)
     out = bytearray()
     while len(out) < limit:

@@ -13,7 +13,14 @@ import llguidance
 import pytest
 
 from llamay.errors import GrammarError
-from llamay.grammar import Constraint, Grammar, allocate_mask, byte_tokenizer
+from llamay.grammar import (
+    CompileCache,
+    Constraint,
+    Grammar,
+    allocate_mask,
+    byte_compile_cache,
+    byte_tokenizer,
+)
 from llamay.grammar.gbnf import gbnf_to_lark
 
 CASES_FILE = Path("/work/shared/conformance/gbnf_cases.json")
@@ -41,6 +48,7 @@ def byte_id(b: int) -> int:
 
 BYTES = byte_tokenizer()
 TOKENIZER = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_SpecialVocab()))
+TOKENIZER_CACHE = CompileCache(TOKENIZER)
 
 
 def to_tokens(text: str) -> list[int]:
@@ -52,7 +60,7 @@ def to_tokens(text: str) -> list[int]:
 
 
 def token_match(grammar: Grammar, text: str) -> bool:
-    constraint = Constraint(grammar, TOKENIZER)
+    constraint = Constraint(grammar, TOKENIZER_CACHE)
     return all(constraint.consume(t) for t in to_tokens(text)) and constraint.is_accepting()
 
 
@@ -200,7 +208,7 @@ DIFFERENTIAL = [
 
 def _walk(grammar: Grammar, rng: random.Random, alphabet: bytes) -> bytes:
     """A random byte string: a prefix the grammar allows, then maybe one random byte."""
-    constraint, mask = Constraint(grammar, BYTES), allocate_mask(BYTES)
+    constraint, mask = Constraint(grammar, byte_compile_cache()), allocate_mask(BYTES)
     out = bytearray()
     for _ in range(rng.randrange(1, 24)):
         constraint.fill_mask(mask)

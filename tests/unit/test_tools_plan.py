@@ -9,7 +9,7 @@ import pytest
 
 from llamay.chat.reasoning import ReasoningMarkers
 from llamay.chat.tools import FORMATS, ToolChoice, ToolPlan, parse_tools, supports_parallel_calls, think_first
-from llamay.grammar import Constraint, byte_tokenizer
+from llamay.grammar import Constraint, byte_compile_cache
 
 TOOLS = parse_tools(
     [
@@ -38,7 +38,7 @@ def accepts(plan: ToolPlan, *parts: str | int) -> bool:
     if not plan.grammar.uses_tokens:
         assert all(isinstance(p, str) for p in parts)
         return plan.grammar.matches("".join(map(str, parts)).encode())
-    constraint = Constraint(plan.grammar, byte_tokenizer())
+    constraint = Constraint(plan.grammar, byte_compile_cache())
     tokens: list[int] = []
     for p in parts:
         tokens += list(p.encode()) if isinstance(p, str) else [p]

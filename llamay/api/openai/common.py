@@ -11,7 +11,6 @@ from starlette.requests import Request
 from ...engine.client import EventStream, merge
 from ...engine.request import ConstraintPlan
 from ...errors import EngineError, LlamayError
-from ...grammar import compile_cached
 from ...runtime import LoadedModel
 from ...types import ErrorEvent, FinishEvent, TokenEvent
 from ..sessions import align_prompt, reserve_session
@@ -27,7 +26,8 @@ async def check_plan(lm: LoadedModel, plan: ConstraintPlan | None) -> None:
     so a grammar llguidance refuses is a 400, not a failed generation. Off the event loop:
     the first compile also builds the model's llguidance tokenizer."""
     if plan is not None and plan.grammar is not None:
-        await asyncio.to_thread(compile_cached, plan.grammar, lm.model.ll_tokenizer)
+        grammar, model = plan.grammar, lm.model
+        await asyncio.to_thread(lambda: model.compile_cache.get(grammar))
 
 
 @asynccontextmanager
