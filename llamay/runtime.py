@@ -18,6 +18,7 @@ from typing import Any
 from .backend.context import Context, ContextConfig
 from .backend.model import Model, ModelInfo
 from .chat.template import ChatTemplate
+from .chat.traits import Traits, detect_traits
 from .engine.engine import Engine, EngineConfig
 from .errors import Conflict, ModelNotFound, Overloaded
 
@@ -67,6 +68,11 @@ class LoadedModel:
     loaded_at: float = field(default_factory=time.time)
     keep_alive: float = -1.0  # seconds idle before unloading; negative: never
     last_used: float = field(default_factory=time.time)
+    # Tool-call format and think markers, from the template and vocabulary; set at load.
+    traits: Traits = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.traits = detect_traits(self.template.source, self.model.special_id)
 
     def touch(self) -> None:
         self.last_used = time.time()
@@ -94,7 +100,8 @@ def default_threads() -> int:
 
 
 def load_model(name: str, path: Path, config: RuntimeConfig, sha256: str | None = None) -> LoadedModel:
-    """Load weights, create a context sized by `config`, start its engine thread."""
+    """Load weights, create a context sized by `config`, start its engine thread; the
+    model's chat traits are detected here, once (`LoadedModel.traits`)."""
     model = Model(path)
     try:
         n_ctx = config.ctx or min(model.info.n_ctx_train or 8192, 8192)
@@ -136,7 +143,13 @@ def load_model(name: str, path: Path, config: RuntimeConfig, sha256: str | None 
         contexts_dir=folder,
     )
     engine = Engine(model, ctx, engine_config)
-    return LoadedModel(name, model, ctx, engine, template, sha256)
+    try:
+        return LoadedModel(name, model, ctx, engine, template, sha256)  # detects the traits
+    except Exception:
+        engine.close()
+        ctx.close()
+        model.close()
+        raise
 
 
 class Runtime:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..chat.reasoning import ReasoningMarkers, detect_reasoning
 from ..chat.tools import (
     FINISH_TOOL,
     ContentDelta,
@@ -15,13 +14,12 @@ from ..chat.tools import (
     ToolCall,
     ToolCallStart,
     ToolChoice,
-    ToolFormat,
     ToolSpec,
     ToolStreamParser,
-    detect_format,
     supports_parallel_calls,
     think_first,
 )
+from ..chat.traits import Traits
 from ..engine.request import ConstraintPlan
 from ..errors import InvalidRequest
 from ..grammar import Grammar
@@ -47,21 +45,9 @@ class ChatOptions:
     finish_tool: bool | str | None = None  # None: the server default (on for "required")
 
 
-@dataclass(frozen=True)
-class Traits:
-    tool_format: ToolFormat
-    reasoning: ReasoningMarkers | None
-
-
 def model_traits(lm: LoadedModel) -> Traits:
-    """Per-model facts derived from its template and vocabulary (computed once)."""
-    cached = getattr(lm, "_chat_traits", None)
-    if cached is None:
-        src = lm.template.source
-        special = lm.model.special_id
-        cached = Traits(detect_format(src, special), detect_reasoning(src, special))
-        lm._chat_traits = cached  # type: ignore[attr-defined]
-    return cached
+    """Per-model facts derived from its template and vocabulary (computed at load)."""
+    return lm.traits
 
 
 @dataclass

@@ -3,12 +3,13 @@ calls with object arguments, logprobs, and the reply splitter."""
 
 from __future__ import annotations
 
-from llamay.api.chatflow import ChatSetup, Traits
+from llamay.api.chatflow import ChatSetup
 from llamay.api.ollama import adapter
 from llamay.api.ollama.reply import Reply
 from llamay.api.ollama.schemas import Generation
 from llamay.chat.reasoning import ReasoningMarkers
 from llamay.chat.tools import HermesFormat, ToolCall, ToolSpec
+from llamay.chat.traits import Traits
 from llamay.engine.request import ConstraintPlan
 from llamay.types import FinishEvent, SamplingParams, TokenEvent, TopLogprob, Usage
 
