@@ -23,6 +23,7 @@ history and prompt, so greedy output stays deterministic whatever shares the bat
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -170,6 +171,16 @@ class PackedMask:
         return w & (w - 1) != 0
 
 
+def _allowed_at(allowed: np.ndarray | PackedMask, ids: np.ndarray) -> np.ndarray:
+    """One bool per id in `ids`: the grammar allows it."""
+    if isinstance(allowed, PackedMask):
+        inside = ids < allowed.n
+        bits = (allowed.words[np.where(inside, ids, 0) >> 5] >> (ids & 31).astype(np.uint32)) & 1
+        return inside & bits.astype(bool)
+    inside = ids < len(allowed)
+    return inside & allowed[np.where(inside, ids, 0)]
+
+
 def _any_of(allowed: np.ndarray | PackedMask, ids: np.ndarray) -> bool:
     if isinstance(allowed, PackedMask):
         return allowed.any_of(ids)
@@ -242,19 +253,33 @@ class _Scan:
         return None
 
 
-_commas: dict[int, tuple[list[bytes], np.ndarray]] = {}
+class _Vocab:
+    """What the sibling rule derives from one vocabulary, kept across requests: which
+    tokens hold a `,`, and (memoised per parser state) which of them would open another
+    element of an array. Parser states repeat across requests as much as within one."""
+
+    MAX_STATES = 256
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces  # held so that id(pieces) stays unique while cached
+        self.commas = np.flatnonzero(np.array([b"," in p for p in pieces], dtype=bool))
+        self.openers: dict[tuple[object, ...], np.ndarray] = {}
+        self.lock = threading.Lock()
 
 
-def _comma_tokens(pieces: list[bytes]) -> np.ndarray:
-    """A bool per token: its text holds a `,`. Computed once per vocabulary (the list is
-    the model's and lives as long as it; it is kept here so its id stays unique)."""
-    hit = _commas.get(id(pieces))
-    if hit is None or hit[0] is not pieces:
-        hit = (pieces, np.array([b"," in p for p in pieces], dtype=bool))
-        if len(_commas) >= 8:
-            _commas.clear()
-        _commas[id(pieces)] = hit
-    return hit[1]
+_vocabs: dict[int, _Vocab] = {}
+_vocabs_lock = threading.Lock()
+
+
+def _vocab(pieces: list[bytes]) -> _Vocab:
+    """The per-vocabulary tables of `pieces` (a model's token texts), built once."""
+    with _vocabs_lock:
+        hit = _vocabs.get(id(pieces))
+        if hit is None or hit.pieces is not pieces:
+            if len(_vocabs) >= 8:
+                _vocabs.clear()
+            hit = _vocabs[id(pieces)] = _Vocab(pieces)
+        return hit
 
 
 class ArraySiblings:
@@ -272,7 +297,7 @@ class ArraySiblings:
         self.scan = _Scan()
         self.scan.feed(prefix)
         self.seen = start
-        self._memo: dict[tuple[object, ...], list[int]] = {}
+        self._vocab = _vocab(pieces)
 
     def advance(self, history: list[int]) -> None:
         for t in history[self.seen :]:
@@ -308,23 +333,27 @@ class ArraySiblings:
         if depth is None:
             return pens
         out = dict(pens)
-        for tok in self._openers(depth):
-            if allowed[tok]:
-                out[tok] = out.get(tok, 0.0) + SIBLING_PENALTY
+        ids = self._openers(depth)
+        for tok in ids[_allowed_at(allowed, ids)].tolist():
+            out[tok] = out.get(tok, 0.0) + SIBLING_PENALTY
         return out
 
-    def _openers(self, depth: int) -> list[int]:
+    def _openers(self, depth: int) -> np.ndarray:
         """Tokens that would put a `,` directly into the array at `depth` from the scan's
         state. Whether one does depends only on the state from that array up (the kinds
         and key flags of the containers above it, and the string flags), which repeats
         from step to step: memoised on it, so the vocabulary is scanned once per state."""
         scan = self.scan
         key = (scan.in_string, scan.escaped, scan.key, tuple((f[0], f[2]) for f in scan.stack[depth:]))
-        hit = self._memo.get(key)
+        vocab = self._vocab
+        with vocab.lock:
+            hit = vocab.openers.get(key)
         if hit is None:
             top = _Scan([list(f) for f in scan.stack[depth:]], scan.in_string, scan.escaped, scan.key)
-            commas = np.flatnonzero(_comma_tokens(self.pieces))
-            hit = [int(t) for t in commas if top.copy().feed(self.pieces[int(t)], watch=0)]
-            if len(self._memo) < 64:
-                self._memo[key] = hit
+            hit = np.array(
+                [t for t in vocab.commas.tolist() if top.copy().feed(self.pieces[t], watch=0)], dtype=np.int64
+            )
+            with vocab.lock:
+                if len(vocab.openers) < vocab.MAX_STATES:
+                    vocab.openers[key] = hit
         return hit
