@@ -90,13 +90,16 @@ class NgramPenalty:
         last = h[-1]
         found: dict[int, tuple[int, int]] = {}  # continuation -> (longest match, copies so far)
         arr = np.asarray(h[:-1])
-        for pos in np.flatnonzero(arr == last):
-            j = int(pos)
+        structural = self.structural
+        for pos in np.flatnonzero(arr == last).tolist():
+            j = pos
+            nxt = h[j + 1]
+            if structural[nxt]:  # punctuation may repeat: no need to measure the match
+                continue
             length = 0
             while j - length >= 0 and h[j - length] == h[n - 1 - length] and length < n - 1 - j:
                 length += 1
-            nxt = h[j + 1]
-            if length >= p.allowed_length and not self.structural[nxt]:
+            if length >= p.allowed_length:
                 best, copies = found.get(nxt, (0, 0))
                 # A match of SOURCE_GRAM - 1 tokens continued by `nxt` is one earlier
                 # output of the gram that continuing would write again.
