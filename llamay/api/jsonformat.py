@@ -18,6 +18,7 @@ indented grammar is still valid under the caller's schema.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,16 @@ from ..errors import InvalidRequest
 from ..grammar import Grammar
 from .fields import Fields
 
-__all__ = ["JsonStyle", "json_style", "schema_grammar", "check", "LAYOUTS", "SHAPES", "DEFAULT_LAYOUT"]
+__all__ = [
+    "JsonStyle",
+    "json_style",
+    "schema_grammar",
+    "check",
+    "schema_check",
+    "LAYOUTS",
+    "SHAPES",
+    "DEFAULT_LAYOUT",
+]
 
 LAYOUTS = ("compact", "indented", "free")
 SHAPES = ("tight", "free")
@@ -104,3 +114,11 @@ def check(grammar: Grammar | None, text: str, *, complete: bool) -> dict[str, An
 
             errors = validate(grammar.schema, value)[:MAX_ERRORS]
     return {"unenforced": list(grammar.unenforced), "valid": not errors, "errors": errors}
+
+
+async def schema_check(grammar: Grammar | None, text: str, *, complete: bool) -> dict[str, Any]:
+    """`{"schema_check": report}` (see `check`) for a reply whose schema was not enforced
+    in full, to merge into the reply's JSON; {} otherwise. Validates in a worker thread."""
+    if grammar is None or grammar.schema is None or not grammar.unenforced:
+        return {}
+    return {"schema_check": await asyncio.to_thread(check, grammar, text, complete=complete)}

@@ -131,14 +131,7 @@ async def create_message(request: Request) -> Response:
 
 
 async def _check(req: MessagesRequest, run: _Run, fin: FinishEvent) -> dict[str, object]:
-    """`{"schema_check": ...}` when the output format was not enforced in full, else {}."""
-    grammar = req.options.grammar
-    if grammar is None or not grammar.unenforced:
-        return {}
-    report = await asyncio.to_thread(
-        jsonformat.check, grammar, run.out.content, complete=fin.reason == "stop"
-    )
-    return {"schema_check": report} if report is not None else {}
+    return await jsonformat.schema_check(req.options.grammar, run.out.content, complete=fin.reason == "stop")
 
 
 async def _collect(run: _Run, stream: EventStream) -> FinishEvent:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -170,12 +169,7 @@ async def _run(request: Request, turn: Turn, tokens: list[int], plan: Constraint
 
 
 async def _check(turn: Turn, content: str, fin: FinishEvent) -> dict[str, Any]:
-    """`{"schema_check": ...}` when `format` was not enforced in full, else {}."""
-    grammar = turn.common.grammar
-    if grammar is None or not grammar.unenforced:
-        return {}
-    report = await asyncio.to_thread(jsonformat.check, grammar, content, complete=fin.reason == "stop")
-    return {"schema_check": report} if report is not None else {}
+    return await jsonformat.schema_check(turn.common.grammar, content, complete=fin.reason == "stop")
 
 
 async def _collect(stream: EventStream) -> tuple[str, FinishEvent, list[TokenEvent]]:

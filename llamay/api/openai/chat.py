@@ -53,19 +53,11 @@ async def chat_completions(request: Request) -> Response:
         out.push(text)
         out.finish()
         _fill_message(choice, out, fin)
-        await _add_check(choice, req, out, fin)
+        # A schema not enforced in full: say so, and whether the answer satisfies it.
+        choice.update(
+            await jsonformat.schema_check(req.common.grammar, out.content, complete=fin.reason == "stop")
+        )
     return json_response(body)
-
-
-async def _add_check(choice: dict[str, Any], req: ChatRequest, out: ChatOutput, fin: FinishEvent) -> None:
-    """A schema that was not enforced in full: say so, and whether the answer satisfies it."""
-    if req.common.grammar is None or not req.common.grammar.unenforced:
-        return
-    report = await asyncio.to_thread(
-        jsonformat.check, req.common.grammar, out.content, complete=fin.reason == "stop"
-    )
-    if report is not None:
-        choice["schema_check"] = report
 
 
 def _fill_message(choice: dict[str, Any], out: ChatOutput, fin: FinishEvent) -> None:
@@ -126,10 +118,10 @@ async def _frames(
             if outputs[i].calls and ev.reason == "stop":
                 reason = "tool_calls"
             last = chunk(i, {}, finish=reason)
-            report: dict[str, Any] = {}
-            await _add_check(report, req, outputs[i], ev)
-            if report:
-                last["choices"][0].update(report)
+            grammar = req.common.grammar
+            last["choices"][0].update(
+                await jsonformat.schema_check(grammar, outputs[i].content, complete=ev.reason == "stop")
+            )
             yield sse_frame(last)
         elif isinstance(ev, ErrorEvent):
             yield sse_frame({"error": {"message": f"generation failed: {ev.error}", "type": "server_error"}})

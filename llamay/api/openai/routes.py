@@ -91,11 +91,9 @@ async def completions(request: Request) -> Response:
         )
         choices.append((echo.text + out, fin, evs))
         echoes.append(echo)
-    reports = [await _check(common, out, fin) for out, fin, _ in got]
     body = adapter.completion_response(rid, lm.name, choices, echoes, common.n)
-    for choice, report in zip(body["choices"], reports, strict=True):
-        if report is not None:
-            choice["schema_check"] = report
+    for choice, (out, fin, _) in zip(body["choices"], got, strict=True):
+        choice.update(await jsonformat.schema_check(common.grammar, out, complete=fin.reason == "stop"))
     return json_response(body)
 
 
@@ -126,9 +124,9 @@ async def _completion_frames(
             last = adapter.completion_chunk(
                 rid, model, created, i, ev.text, finish=adapter.finish_reason(ev), with_usage_field=usage_on
             )
-            report = await _check(common, texts[i], ev)
-            if report is not None:
-                last["choices"][0]["schema_check"] = report
+            last["choices"][0].update(
+                await jsonformat.schema_check(common.grammar, texts[i], complete=ev.reason == "stop")
+            )
             yield sse_frame(last)
         else:
             yield sse_frame({"error": {"message": f"generation failed: {ev.error}", "type": "server_error"}})
@@ -138,18 +136,13 @@ async def _completion_frames(
     yield sse_frame("[DONE]")
 
 
-async def _check(common: Common, text: str, fin: FinishEvent) -> dict[str, Any] | None:
-    """The schema report of one choice (see jsonformat.check), off the event loop."""
-    if common.grammar is None or not common.grammar.unenforced:
-        return None
-    return await asyncio.to_thread(jsonformat.check, common.grammar, text, complete=fin.reason == "stop")
-
-
 async def list_models(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     models = runtime.models()
     sampling = await asyncio.to_thread(lambda: [sampling_defaults(runtime, m) for m in models])
-    return json_response({"object": "list", "data": [model_json(m, s) for m, s in zip(models, sampling, strict=True)]})
+    return json_response(
+        {"object": "list", "data": [model_json(m, s) for m, s in zip(models, sampling, strict=True)]}
+    )
 
 
 async def get_model(request: Request) -> Response:
