@@ -1,7 +1,7 @@
 """The engine: one thread per loaded model owns its llama context and runs the step loop.
 
 step = reap aborted -> admit waiting -> schedule -> one llama_decode -> per request:
-mask -> sample -> accept -> stop checks -> publish events.
+sample_step (mask -> sample -> accept -> stop checks) -> apply its outcome (publish, finish).
 Events are delivered through each request's sink, called on the engine thread.
 """
 
@@ -27,7 +27,7 @@ from ..types import ErrorEvent, FinishEvent, FinishReason, TokenEvent, Usage
 from .prompt_scoring import score_row
 from .repetition import structural_tokens
 from .request import GenerateRequest, Handle, Sink
-from .sampling_step import sample_step
+from .sampling_step import Outcome, sample_step
 from .scheduler import schedule
 from .sequence import Sequence
 
@@ -341,8 +341,15 @@ class Engine:
             lp = score_row(self.ctx.logits(row), self.model.n_vocab, s.tokens[pos + 1], k, self.model.pieces)
             s.prompt_scores.append(lp)
         for s, row in rows:
-            sample_step(self, s, row)
+            self._apply(s, sample_step(s, self.ctx.logits(row), self.model, self.n_ctx))
         self._running = [s for s in self._running if not s.done]
+
+    def _apply(self, s: Sequence, outcome: Outcome) -> None:
+        if outcome.token is not None:
+            self._safe_sink(s.sink, outcome.token)
+        if outcome.finish is not None:
+            f = outcome.finish
+            self._finish(s, f.reason, f.message, n_extra=f.n_extra)
 
     def _relieve_kv(self, plan_seqs: list[Sequence]) -> None:
         """The KV cache is full. Put back a request still reading its prompt if there is

@@ -1,56 +1,97 @@
-"""The per-request part of an engine step: mask -> sample -> accept -> stop checks -> publish."""
+"""The per-request part of an engine step: mask -> sample -> accept -> stop checks.
+
+`sample_step` is a function of one sequence, its logits row and a few facts about the
+model. It advances the sequence's own state (sampler, tokens, constraint, text stream)
+and returns an `Outcome`: what to publish and whether the request ends. Publishing and
+finishing (settling the KV, usage, the FinishEvent) are the engine's to do.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Protocol
 
+import numpy as np
+
+from ..grammar import CompileCache
 from ..types import FinishReason, TokenEvent, TopLogprob
 from .repetition import PackedMask
 from .sampler import Sample
 from .sequence import Sequence
 
-if TYPE_CHECKING:
-    from .engine import Engine
-
-__all__ = ["sample_step"]
+__all__ = ["Finish", "Outcome", "StepModel", "sample_step"]
 
 
-def sample_step(engine: Engine, s: Sequence, row: int) -> None:
-    """Sample the next token of `s` from batch row `row` and publish it."""
-    model = engine.model
+class StepModel(Protocol):
+    """What a sampling step needs to know about the model."""
+
+    @property
+    def n_vocab(self) -> int: ...
+
+    @property
+    def eog_ids(self) -> frozenset[int]: ...
+
+    @property
+    def pieces(self) -> list[bytes]: ...  # the bytes of every token id
+
+    @property
+    def compile_cache(self) -> CompileCache: ...  # read only when a lazy constraint triggers
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The request ends with `reason` (and `message` when the reason is not plain).
+    `n_extra` counts a sampled token that ended it without being kept (end of generation),
+    so usage still bills it."""
+
+    reason: FinishReason
+    message: str | None = None
+    n_extra: int = 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one step produced: the engine publishes `token` (if any) first, then applies
+    `finish` (if any)."""
+
+    token: TokenEvent | None = None
+    finish: Finish | None = None
+
+
+def sample_step(s: Sequence, logits: np.ndarray, model: StepModel, n_ctx: int) -> Outcome:
+    """Sample the next token of `s` from `logits` (its row of the last decode), advance
+    `s` past it and say what to publish. Never touches the KV cache or the sink; `s.done`
+    stays for the engine to set when it applies a finish."""
     if s.request.stop.max_tokens == 0:  # prefill only (creating a context, scoring a prompt)
-        engine._finish(s, "length")  # the token budget, zero, is spent
-        return
-    sample = _sample(engine, s, row)
-    if sample is None:
-        return
+        return Outcome(finish=Finish("length"))  # the token budget, zero, is spent
+    sample = _sample(s, logits, model)
+    if isinstance(sample, Finish):
+        return Outcome(finish=sample)
     token = sample.token
     if s.t_first is None:
         s.t_first = time.perf_counter()
     spec = s.request.stop
     if token in model.eog_ids and not spec.ignore_eos:
-        engine._finish(s, "stop", n_extra=1)
-        return
+        return Outcome(finish=Finish("stop", n_extra=1))
     s.sampler.accept(token)
     s.tokens.append(token)
     if s.constraint is not None and not s.constraint.consume(token):
-        engine._finish(s, "error", f"the output left the required format: {s.constraint.error}")
-        return
-    piece = model.piece(token)
+        return Outcome(finish=Finish("error", f"the output left the required format: {s.constraint.error}"))
+    pieces = model.pieces
+    piece = pieces[token]
     push = s.text.push(piece)
     if s.plan is not None and s.triggered(token):
         s.activate(model.compile_cache)
-    top = tuple(TopLogprob(t, model.piece(t), lp) for t, lp in sample.top)
-    engine._safe_sink(s.sink, TokenEvent(token, push.text, sample.logprob, top, piece))
-    _check_end(engine, s, stopped=push.stopped)
+    top = tuple(TopLogprob(t, pieces[t], lp) for t, lp in sample.top)
+    event = TokenEvent(token, push.text, sample.logprob, top, piece)
+    return Outcome(event, _check_end(s, n_ctx, stopped=push.stopped))
 
 
-def _sample(engine: Engine, s: Sequence, row: int) -> Sample | None:
+def _sample(s: Sequence, logits: np.ndarray, model: StepModel) -> Sample | Finish:
     forced = s.budget_token()
     if forced is not None:
         return Sample(forced)
-    logits = engine.ctx.logits(row)
     if s.constraint is None:
         return s.sampler.sample(logits)
     assert s.mask is not None
@@ -60,35 +101,33 @@ def _sample(engine: Engine, s: Sequence, row: int) -> Sample | None:
         # The penalty only reweights: the mask still decides what may follow.
         plan = s.plan
         prefix = plan.trigger_text.encode() if plan is not None and plan.trigger_text else b""
-        allowed = PackedMask(s.mask, engine.model.n_vocab)
-        logits = s.ngram.penalize(logits, s.tokens[s.n_prompt :], engine.model.pieces, allowed, prefix)
+        allowed = PackedMask(s.mask, model.n_vocab)
+        logits = s.ngram.penalize(logits, s.tokens[s.n_prompt :], model.pieces, allowed, prefix)
     try:
         sample = s.sampler.sample(logits, s.mask)
     except ValueError as exc:  # the mask allows nothing the model can produce
-        engine._finish(s, "error", f"no token can continue the required format: {exc}")
-        return None
+        return Finish("error", f"no token can continue the required format: {exc}")
     s.mask_seconds += time.perf_counter() - t0
     s.mask_steps += 1
     return sample
 
 
-def _check_end(engine: Engine, s: Sequence, *, stopped: bool) -> None:
+def _check_end(s: Sequence, n_ctx: int, *, stopped: bool) -> Finish | None:
     spec = s.request.stop
     inside = s.constraint is not None and not s.constraint.is_accepting()
-    reason: FinishReason | None = None
-    message = None
     if stopped:
-        reason = "stop"
-    elif spec.max_tokens is not None and s.n_generated >= spec.max_tokens:
-        reason = "length"
+        return Finish("stop")
+    if spec.max_tokens is not None and s.n_generated >= spec.max_tokens:
         if inside:
-            message = "max_tokens ended generation inside the required format; the output is incomplete"
-    elif s.n_tokens >= engine.n_ctx:
-        reason = "length"
-        message = f"the context is full ({engine.n_ctx} tokens)"
+            return Finish(
+                "length", "max_tokens ended generation inside the required format; the output is incomplete"
+            )
+        return Finish("length")
+    if s.n_tokens >= n_ctx:
+        message = f"the context is full ({n_ctx} tokens)"
         if inside:
             message += "; generation ended inside the required format, the output is incomplete"
-    elif s.constraint is not None and s.constraint.is_stopped():
-        reason = "stop"
-    if reason is not None:
-        engine._finish(s, reason, message)
+        return Finish("length", message)
+    if s.constraint is not None and s.constraint.is_stopped():
+        return Finish("stop")
+    return None
