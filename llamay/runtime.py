@@ -21,6 +21,7 @@ from .chat.template import ChatTemplate
 from .chat.traits import Traits, detect_traits
 from .engine.engine import Engine, EngineConfig
 from .errors import Conflict, ModelNotFound, Overloaded
+from .kv.manager import KvManager
 
 __all__ = ["LoadedModel", "LoadRefused", "Runtime", "RuntimeConfig", "load_model", "mem_available"]
 
@@ -134,15 +135,10 @@ def load_model(name: str, path: Path, config: RuntimeConfig, sha256: str | None 
 
         sha256 = file_sha256(path)
     folder = config.home / "contexts" / sha256[:16] if config.home is not None else None
-    engine_config = EngineConfig(
-        concurrency=config.concurrency,
-        max_queue=config.max_queue,
-        cache_ram=config.cache_ram,
-        model_name=name,
-        model_sha256=sha256,
-        contexts_dir=folder,
+    kv = KvManager.create(
+        ctx, folder=folder, model_name=name, model_sha256=sha256, cache_ram=config.cache_ram
     )
-    engine = Engine(model, ctx, engine_config)
+    engine = Engine(model, ctx, EngineConfig(concurrency=config.concurrency, max_queue=config.max_queue), kv)
     try:
         return LoadedModel(name, model, ctx, engine, template, sha256)  # detects the traits
     except Exception:

@@ -2,6 +2,8 @@
 
 step = reap aborted -> admit waiting -> schedule -> one llama_decode -> per request:
 sample_step (mask -> sample -> accept -> stop checks) -> apply its outcome (publish, finish).
+Where a sequence's KV comes from and goes to is decided by the KvManager (kv/manager.py)
+the engine is given.
 Events are delivered through each request's sink, called on the engine thread.
 """
 
@@ -22,7 +24,7 @@ from ..backend.context import Context, DecodeStatus
 from ..backend.model import Model
 from ..errors import ContextOverflow, EngineError, InvalidRequest, Overloaded
 from ..kv.contexts import Contexts
-from ..kv.pool import SeqPool
+from ..kv.manager import KvManager
 from ..types import ErrorEvent, FinishEvent, FinishReason, TokenEvent, Usage
 from .prompt_scoring import score_row
 from .repetition import structural_tokens
@@ -44,6 +46,7 @@ class EngineConfig:
 
     concurrency: int = 8
     max_queue: int = 64
+    # Used only when the engine builds its own KvManager (see KvManager.create).
     model_name: str = "model"
     model_sha256: str = ""
     contexts_dir: Path | None = None  # where contexts are spilled and saved; None: a temp folder
@@ -62,9 +65,14 @@ class EngineStats:
 
 
 class Engine:
-    """Owns `ctx` (and uses `model`) from its own thread. Thread-safe: submit/close."""
+    """Owns `ctx` (and uses `model`) from its own thread. Thread-safe: submit/call/close.
 
-    def __init__(self, model: Model, ctx: Context, config: EngineConfig | None = None) -> None:
+    `kv` manages the KV of `ctx` (the engine takes it over: from now on it is used on the
+    engine thread only); without one the engine builds it from `config`."""
+
+    def __init__(
+        self, model: Model, ctx: Context, config: EngineConfig | None = None, kv: KvManager | None = None
+    ) -> None:
         self.model = model
         self.ctx = ctx
         self.config = config or EngineConfig()
@@ -72,16 +80,16 @@ class Engine:
         self._cond = threading.Condition()
         self._waiting: deque[tuple[Handle, Sink]] = deque()
         self._running: list[Sequence] = []
-        # Ids beyond the running cap hold finished sequences as a prefix cache.
-        self.pool = SeqPool(ctx.n_seq_max, ctx, budget=ctx.n_ctx // 4, stash_bytes=self.config.cache_ram)
-        folder = self.config.contexts_dir
-        if folder is None:
-            import tempfile
-
-            folder = Path(tempfile.mkdtemp(prefix="llamay-contexts-"))
-        self.contexts = Contexts(self.pool, ctx, folder, self.config.model_name, self.config.model_sha256)
-        if self.contexts.load_all():
-            log.info("contexts restored from disk", extra={"fields": {"count": len(self.contexts.records)}})
+        if kv is None:
+            c = self.config
+            kv = KvManager.create(
+                ctx,
+                folder=c.contexts_dir,
+                model_name=c.model_name,
+                model_sha256=c.model_sha256,
+                cache_ram=c.cache_ram,
+            )
+        self.kv = kv
         self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
         self._closing = False
         self._kv_cells = 0
@@ -139,8 +147,17 @@ class Engine:
 
     def ram_cache(self) -> dict[str, int]:
         """Cached prefixes moved out of the KV cache into RAM: entries and bytes."""
-        stash = self.pool.stash
-        return {"entries": len(stash), "bytes": stash.bytes, "capacity": stash.capacity}
+        return self.kv.ram_cache()
+
+    @property
+    def contexts(self) -> Contexts:
+        """The server-held contexts (engine thread only: use through `call`). Kept for
+        callers written before `kv`; new code uses the KvManager's context methods."""
+        return self.kv.contexts
+
+    def acquire_seq(self) -> int | None:
+        """A free sequence id (engine thread only); kept for callers written before `kv`."""
+        return self.kv.acquire()
 
     def call(self, fn: Callable[[], T]) -> Future[T]:
         """Run `fn` on the engine thread between steps (for KV and context operations)."""
@@ -190,10 +207,8 @@ class Engine:
         self._shutdown()
 
     def _measure_kv(self) -> None:
-        running = {s.seq_id for s in self._running}
-        held = {i: self.ctx.seq_pos_max(i) + 1 for i in range(self.ctx.n_seq_max)}
-        self._kv_cells = sum(n for i, n in held.items() if i in running or (i not in self.pool.entries and n))
-        self._cache_cells = sum(n for i, n in held.items() if i in self.pool.entries)
+        usage = self.kv.usage({s.seq_id for s in self._running})
+        self._kv_cells, self._cache_cells = usage.running, usage.cached
 
     def _admit(self) -> None:
         """Move waiting requests into running sequences while slots and KV allow (lock held)."""
@@ -207,96 +222,49 @@ class Engine:
             need = len(handle.request.tokens) + 1
             if self._running and used + need > self.n_ctx:
                 break  # wait until running requests free KV
-            seq_id = self.acquire_seq()
+            seq_id = self.kv.acquire()
             if seq_id is None:
                 break
             self._waiting.popleft()
-            seed = handle.request.sampling.seed
-            if seed is None:
-                seed = secrets.randbits(63)
-            try:
-                seq = Sequence(
-                    handle, sink, seq_id, self.model.n_vocab, seed, self._structural_tokens(), self.model.pieces
-                )
-                plan = handle.request.constraint
-                if plan is not None and not plan.lazy:
-                    seq.activate(self.model.compile_cache)
-            except Exception as exc:
-                self.pool.release(seq_id)
-                self._safe_sink(sink, ErrorEvent(exc))
-                continue
-            try:
-                seq.n_past = seq.n_cached = self._attach(seq)
-            except Exception as exc:
-                self.pool.release(seq_id)
-                self._end_session(handle.request, None)
-                self._safe_sink(sink, ErrorEvent(exc))
-                continue
-            self.pool.expect(len(seq.tokens) - seq.n_past)
-            self._running.append(seq)
-            self.stats.requests += 1
-            used += need
+            seq = self._start(handle, sink, seq_id)
+            if seq is not None:
+                self._running.append(seq)
+                self.stats.requests += 1
+                used += need
+
+    def _start(self, handle: Handle, sink: Sink, seq_id: int) -> Sequence | None:
+        """Bind a request to `seq_id` and give it the KV it can start from. On failure the
+        request gets an ErrorEvent, `seq_id` is freed, and None is returned."""
+        req = handle.request
+        seed = req.sampling.seed
+        if seed is None:
+            seed = secrets.randbits(63)
+        try:
+            seq = Sequence(
+                handle, sink, seq_id, self.model.n_vocab, seed, self._structural_tokens(), self.model.pieces
+            )
+            if req.constraint is not None and not req.constraint.lazy:
+                seq.activate(self.model.compile_cache)
+            # The last two prompt tokens are always recomputed: the last one's logits start
+            # generation, and computing it alone would change them (see engine/scheduler.py).
+            # Scoring the prompt needs every position's logits, which a shared prefix lacks.
+            share = req.cache and req.prompt_logprobs is None
+            context_id = req.session.context_id if req.session is not None else None
+            seq.n_past = seq.n_cached = self.kv.attach(
+                seq_id, seq.tokens, len(seq.tokens) - 2, context_id=context_id, share=share
+            )
+        except Exception as exc:
+            self.kv.release(seq_id)
+            self.kv.abandon(req.session)
+            self._safe_sink(sink, ErrorEvent(exc))
+            return None
+        self.kv.expect(len(seq.tokens) - seq.n_past)
+        return seq
 
     def _structural_tokens(self) -> Any:
         if self._structural is None:
             self._structural = structural_tokens(self.model.pieces)
         return self._structural
-
-    def acquire_seq(self) -> int | None:
-        """A free sequence id: evicting cached prefixes, then spilling idle contexts."""
-        seq = self.pool.acquire()
-        if seq is None and self.contexts.spill_lru():
-            seq = self.pool.acquire()
-        return seq
-
-    def _attach(self, s: Sequence) -> int:
-        """Share cached KV into a new sequence; returns the positions it now holds. The
-        last two prompt tokens are always recomputed: the last one's logits start
-        generation, and computing it alone would change them (see engine/scheduler.py)."""
-        limit = len(s.tokens) - 2
-        session = s.request.session
-        if session is None or session.context_id is None:
-            # Scoring the prompt needs every position's logits, which a shared prefix lacks.
-            share = s.request.cache and s.request.prompt_logprobs is None
-            return self.pool.attach(s.seq_id, s.tokens, limit) if share else 0
-        rec = self.contexts.get(session.context_id)
-        holder = self.contexts.resident(rec, self.acquire_seq)
-        n = min(rec.n_kv, limit)
-        self.ctx.seq_cp(holder, s.seq_id, 0, n)
-        return n
-
-    def _shareable(self, s: Sequence) -> int:
-        """How many leading positions of a finished sequence may be shared with later
-        requests: those computed as prompt (in chunks of two or more tokens). Positions
-        computed one token per step while generating get slightly different KV values than
-        the same tokens read as a prompt, and sharing them would make a cache hit change
-        output; they are dropped here and recomputed by whoever needs them."""
-        n = min(s.n_past, s.n_prompt)
-        if n < s.n_past:
-            self.ctx.seq_rm(s.seq_id, n, -1)
-        return n
-
-    def _end_session(self, req: GenerateRequest, s: Sequence | None, reason: str = "abort") -> str | None:
-        """Settle a session request: a created or continued context takes the sequence.
-        Returns the context id, or None when the sequence is still the caller's to free."""
-        session = req.session
-        if session is None:
-            return None
-        ok = s is not None and reason in ("stop", "length") and s.n_past > 0
-        if session.create:
-            if not ok or s is None:
-                return None
-            rec = self.contexts.adopt(s.seq_id, s.tokens, self._shareable(s), session.owner, session.marking)
-            return rec.id
-        assert session.context_id is not None
-        current = self.contexts.records.get(session.context_id)
-        if current is None:
-            return None
-        current.busy = False
-        if ok and s is not None:
-            self.contexts.update(current, s.seq_id, s.tokens, self._shareable(s))
-            return current.id
-        return None
 
     def _step(self) -> None:
         aborted = [s for s in self._running if s.handle.aborted]
@@ -335,7 +303,7 @@ class Engine:
         for sl in plan:
             self._running[sl.index].n_past += sl.count
             self._running[sl.index].decode_seconds += spent
-        self.pool.age(batch.n)
+        self.kv.age(batch.n)
         for s, pos, row in scored:
             k = s.request.prompt_logprobs or 0
             lp = score_row(self.ctx.logits(row), self.model.n_vocab, s.tokens[pos + 1], k, self.model.pieces)
@@ -354,13 +322,13 @@ class Engine:
     def _relieve_kv(self, plan_seqs: list[Sequence]) -> None:
         """The KV cache is full. Put back a request still reading its prompt if there is
         one (it is recomputed later); otherwise end the longest with reason 'length'."""
-        if self.pool.evict_one() or self.contexts.spill_lru():
+        if self.kv.make_room():
             return  # cached prefixes, then idle contexts, go first; the step is retried
         prefilling = [s for s in plan_seqs if s.prefilling and s.n_generated == 0]
         if prefilling and len(self._running) > 1:
             victim = prefilling[-1]
             self._running.remove(victim)
-            self.pool.release(victim.seq_id)
+            self.kv.release(victim.seq_id)
             with self._cond:
                 self._waiting.appendleft((victim.handle, victim.sink))
             log.info("KV cache full: request %d put back in the queue", victim.request.id)
@@ -376,13 +344,8 @@ class Engine:
         if s.done:
             return
         s.done = True
-        context_id = self._end_session(s.request, s, reason)  # a context may take the sequence
-        if context_id is None:
-            if reason in ("stop", "length") and s.n_past > 0 and s.request.cache:
-                n = self._shareable(s)
-                self.pool.keep(s.seq_id, s.tokens[:n])
-            else:
-                self.pool.release(s.seq_id)
+        completed = reason in ("stop", "length")
+        context_id = self.kv.settle(s, s.request.session, completed=completed, cache=s.request.cache)
         if reason == "abort":
             self.stats.aborted += 1
         now = time.perf_counter()
@@ -408,15 +371,15 @@ class Engine:
         self._safe_sink(s.sink, FinishEvent(reason, usage, tail, message, extra, scores))
 
     def _emit_finish_unstarted(self, handle: Handle, sink: Sink) -> None:
-        self._end_session(handle.request, None)
+        self.kv.abandon(handle.request.session)
         usage = Usage(len(handle.request.tokens), 0, 0)
         self._safe_sink(sink, FinishEvent("abort", usage))
 
     def _fail_all(self, exc: Exception) -> None:
         for s in self._running:
             s.done = True
-            self.pool.release(s.seq_id)
-            self._end_session(s.request, None)
+            self.kv.release(s.seq_id)
+            self.kv.abandon(s.request.session)
             self._safe_sink(s.sink, ErrorEvent(exc))
         self._running = []
 
@@ -430,7 +393,7 @@ class Engine:
         for handle, sink in waiting:
             self._emit_finish_unstarted(handle, sink)
         try:
-            self.contexts.save_all()
+            self.kv.save()
         except Exception:  # never lose the shutdown over one unwritable file
             log.exception("could not save contexts")
 

@@ -1,0 +1,266 @@
+"""One owner for a model's KV: the sequence pool (with its prefix cache and RAM stash),
+the server-held contexts, and what happens to a sequence when its request ends.
+
+The engine is given a `KvManager` and asks it for sequence ids, for the cached or
+context-held prefix a new request starts from, to settle a finished sequence, and to
+free idle KV under pressure. The contexts API goes through the same object (find, begin,
+fork, snapshot, ...). Engine-thread only: other threads reach it through `Engine.call`.
+
+KV operations go through `KvBackend`, so the whole policy is tested without weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from .contexts import ContextRecord, Contexts
+from .pool import SeqPool
+from .snapshot import SnapshotHeader
+
+__all__ = ["KvBackend", "KvManager", "KvUsage", "SessionLike", "Settled"]
+
+log = logging.getLogger("llamay.kv")
+
+
+class KvBackend(Protocol):
+    """The llama context's KV operations (backend.context.Context is one)."""
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    @property
+    def n_seq_max(self) -> int: ...
+
+    def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool: ...
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None: ...
+    def seq_pos_max(self, seq: int) -> int: ...
+    def seq_state(self, seq: int) -> bytes: ...
+    def set_seq_state(self, seq: int, data: bytes) -> bool: ...
+
+
+class SessionLike(Protocol):
+    """A request's server-held context (engine.request.SessionSpec is one)."""
+
+    @property
+    def context_id(self) -> str | None: ...
+
+    @property
+    def create(self) -> bool: ...
+
+    @property
+    def owner(self) -> str | None: ...
+
+    @property
+    def marking(self) -> str | None: ...
+
+
+class Settled(Protocol):
+    """A sequence whose request ended (engine.sequence.Sequence is one): `tokens` are its
+    prompt + sampled tokens, the first `n_past` of them in the KV cache."""
+
+    @property
+    def seq_id(self) -> int: ...
+
+    @property
+    def tokens(self) -> list[int]: ...
+
+    @property
+    def n_past(self) -> int: ...
+
+    @property
+    def n_prompt(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class KvUsage:
+    """KV positions held for running requests (and sequences being set up), and by
+    the prefix cache and contexts (shared cells counted once per holder)."""
+
+    running: int
+    cached: int
+
+
+class KvManager:
+    """The pool, the contexts and session settlement behind one engine-thread object."""
+
+    def __init__(self, ops: KvBackend, pool: SeqPool, contexts: Contexts) -> None:
+        self.ops = ops
+        self.pool = pool
+        self.contexts = contexts
+
+    @classmethod
+    def create(
+        cls,
+        ops: KvBackend,
+        *,
+        folder: Path | None = None,
+        model_name: str = "model",
+        model_sha256: str = "",
+        cache_ram: int = 512 * 1024 * 1024,
+    ) -> KvManager:
+        """The manager for one llama context: ids beyond the running cap hold finished
+        sequences as a prefix cache (at most a quarter of the context while unpinned),
+        `cache_ram` bytes hold prefixes moved out of the KV cache, and contexts spill to and
+        are saved in `folder` (None: a new temporary folder). Contexts saved there before
+        are loaded back."""
+        pool = SeqPool(ops.n_seq_max, ops, budget=ops.n_ctx // 4, stash_bytes=cache_ram)
+        if folder is None:
+            folder = Path(tempfile.mkdtemp(prefix="llamay-contexts-"))
+        contexts = Contexts(pool, ops, folder, model_name, model_sha256)
+        if contexts.load_all():
+            log.info("contexts restored from disk", extra={"fields": {"count": len(contexts.records)}})
+        return cls(ops, pool, contexts)
+
+    # -- sequences of running requests -----------------------------------------------------
+    def acquire(self) -> int | None:
+        """A free sequence id: evicting cached prefixes, then spilling idle contexts; None
+        when every id is running."""
+        seq = self.pool.acquire()
+        if seq is None and self.contexts.spill_lru():
+            seq = self.pool.acquire()
+        return seq
+
+    def release(self, seq: int) -> None:
+        """Drop the KV of a sequence nobody keeps and free its id."""
+        self.pool.release(seq)
+
+    def attach(self, seq: int, tokens: list[int], limit: int, *, context_id: str | None, share: bool) -> int:
+        """Give a new sequence the KV it can start from, at most `limit` positions: what
+        context `context_id` holds (brought back from disk if spilled), else with `share`
+        the longest cached prefix of `tokens`. Returns the positions `seq` now holds.
+        Raises NotFound / Overloaded when the context is gone or cannot be brought back."""
+        if context_id is None:
+            return self.pool.attach(seq, tokens, limit) if share else 0
+        rec = self.contexts.get(context_id)
+        holder = self.contexts.resident(rec, self.acquire)
+        n = min(rec.n_kv, limit)
+        self.ops.seq_cp(holder, seq, 0, n)
+        return n
+
+    def expect(self, n_tokens: int) -> None:
+        """`n_tokens` are about to be computed (see SeqPool.expect)."""
+        self.pool.expect(n_tokens)
+
+    def age(self, n_tokens: int) -> None:
+        """`n_tokens` were just computed (see SeqPool.age)."""
+        self.pool.age(n_tokens)
+
+    def settle(self, s: Settled, session: SessionLike | None, *, completed: bool, cache: bool) -> str | None:
+        """A request ended; its sequence's id is no longer the caller's. `completed`: it
+        ended with stop or length (its KV is worth keeping). A completed session request's
+        sequence becomes the context's holder (a new context with `session.create`); else a
+        completed request's sequence becomes a prefix-cache entry when `cache`; else it is
+        freed. Returns the context id that took the sequence, if one did."""
+        ok = completed and s.n_past > 0
+        cid = self._settle_session(s, session, ok)
+        if cid is None:
+            if ok and cache:
+                self.pool.keep(s.seq_id, s.tokens[: self._shareable(s)])
+            else:
+                self.pool.release(s.seq_id)
+        return cid
+
+    def abandon(self, session: SessionLike | None) -> None:
+        """A session request ended without a sequence worth keeping: its context (if it
+        continued one) is free for the next request, unchanged."""
+        if session is not None and not session.create and session.context_id is not None:
+            self.contexts.cancel(session.context_id)
+
+    def _settle_session(self, s: Settled, session: SessionLike | None, ok: bool) -> str | None:
+        if session is None:
+            return None
+        if session.create:
+            if not ok:
+                return None
+            return self.contexts.adopt(
+                s.seq_id, s.tokens, self._shareable(s), session.owner, session.marking
+            ).id
+        assert session.context_id is not None
+        current = self.contexts.records.get(session.context_id)
+        if current is None:
+            return None
+        current.busy = False
+        if not ok:
+            return None
+        self.contexts.update(current, s.seq_id, s.tokens, self._shareable(s))
+        return current.id
+
+    def _shareable(self, s: Settled) -> int:
+        """How many leading positions of a finished sequence may be shared with later
+        requests: those computed as prompt (in chunks of two or more tokens). Positions
+        computed one token per step while generating get slightly different KV values than
+        the same tokens read as a prompt, and sharing them would make a cache hit change
+        output; they are dropped here and recomputed by whoever needs them."""
+        n = min(s.n_past, s.n_prompt)
+        if n < s.n_past:
+            self.ops.seq_rm(s.seq_id, n, -1)
+        return n
+
+    # -- pressure and accounting -------------------------------------------------------------
+    def make_room(self) -> bool:
+        """Free KV nobody is computing with: the least recently used cached prefix, else
+        the least recently used idle context (spilled to disk). False if neither exists."""
+        return self.pool.evict_one() or self.contexts.spill_lru()
+
+    def usage(self, running: Collection[int]) -> KvUsage:
+        """Measure what llama.cpp holds: `running` are the ids of running sequences."""
+        held = {i: self.ops.seq_pos_max(i) + 1 for i in range(self.ops.n_seq_max)}
+        entries = self.pool.entries
+        busy = sum(n for i, n in held.items() if i in running or (i not in entries and n))
+        return KvUsage(busy, sum(n for i, n in held.items() if i in entries))
+
+    def ram_cache(self) -> dict[str, int]:
+        """Cached prefixes moved out of the KV cache into RAM: entries and bytes."""
+        stash = self.pool.stash
+        return {"entries": len(stash), "bytes": stash.bytes, "capacity": stash.capacity}
+
+    def save(self) -> None:
+        """Write every context to disk (at shutdown)."""
+        self.contexts.save_all()
+
+    # -- server-held contexts ----------------------------------------------------------------
+    def find(self, cid: str) -> ContextRecord | None:
+        return self.contexts.records.get(cid)
+
+    def get(self, cid: str) -> ContextRecord:
+        """The context `cid`; NotFound if there is none."""
+        return self.contexts.get(cid)
+
+    def records(self) -> list[ContextRecord]:
+        """Every context of this model."""
+        return list(self.contexts.records.values())
+
+    def begin(self, cid: str, check: Callable[[ContextRecord], None]) -> list[int]:
+        """Reserve context `cid` for one request and return the tokens it holds (see
+        Contexts.begin); the engine releases it when the request ends."""
+        return self.contexts.begin(cid, check)
+
+    def cancel(self, cid: str) -> None:
+        """Undo `begin` for a request that never reached the engine."""
+        self.contexts.cancel(cid)
+
+    def fork(self, cid: str, n: int) -> list[ContextRecord]:
+        """`n` new contexts holding what `cid` holds (sharing its KV, no copy)."""
+        return self.contexts.fork(cid, n)
+
+    def delete(self, cid: str) -> None:
+        """Forget context `cid`; Conflict while a request runs on it."""
+        self.contexts.delete(cid)
+
+    def snapshot(self, cid: str) -> bytes:
+        """Context `cid` in the snapshot file format."""
+        return self.contexts.snapshot(self.contexts.get(cid))
+
+    def restore(self, header: SnapshotHeader, state: bytes) -> ContextRecord:
+        """A new context from a snapshot's header and state bytes (the caller checked the
+        model); Overloaded when no id or KV room can be made for it."""
+        return self.contexts.restore(header, state, self.acquire)
+
+    def check(self) -> None:
+        """Assert the bookkeeping invariants (see Contexts.check)."""
+        self.contexts.check()
