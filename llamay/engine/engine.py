@@ -2,8 +2,9 @@
 
 step = reap aborted -> admit waiting -> schedule -> one llama_decode -> per request:
 sample_step (mask -> sample -> accept -> stop checks) -> apply its outcome (publish, finish).
-Where a sequence's KV comes from and goes to is decided by the KvManager (kv/manager.py)
-the engine is given.
+The decisions are made elsewhere: which requests start, which tokens are decoded and who
+gives way under KV pressure by engine/scheduler.py, where a sequence's KV comes from and
+goes to by the KvManager (kv/manager.py) the engine is given. The engine executes them.
 Events are delivered through each request's sink, called on the engine thread.
 """
 
@@ -30,7 +31,7 @@ from .prompt_scoring import score_row
 from .repetition import structural_tokens
 from .request import GenerateRequest, Handle, Sink
 from .sampling_step import Outcome, sample_step
-from .scheduler import schedule
+from .scheduler import Admission, preempt, schedule
 from .sequence import Sequence
 
 __all__ = ["Engine", "EngineConfig"]
@@ -211,17 +212,17 @@ class Engine:
         self._kv_cells, self._cache_cells = usage.running, usage.cached
 
     def _admit(self) -> None:
-        """Move waiting requests into running sequences while slots and KV allow (lock held)."""
-        used = sum(s.n_tokens for s in self._running)
-        while self._waiting and len(self._running) < self.config.concurrency:
+        """Start the waiting requests the scheduler admits (lock held)."""
+        admission = Admission.begin(self._running, self.config.concurrency, self.n_ctx)
+        while self._waiting:
             handle, sink = self._waiting[0]
-            if handle.aborted:
+            verdict = admission.verdict(len(handle.request.tokens), handle.aborted)
+            if verdict == "wait":
+                break
+            if verdict == "drop":
                 self._waiting.popleft()
                 self._emit_finish_unstarted(handle, sink)
                 continue
-            need = len(handle.request.tokens) + 1
-            if self._running and used + need > self.n_ctx:
-                break  # wait until running requests free KV
             seq_id = self.kv.acquire()
             if seq_id is None:
                 break
@@ -230,7 +231,7 @@ class Engine:
             if seq is not None:
                 self._running.append(seq)
                 self.stats.requests += 1
-                used += need
+                admission.started(seq.n_prompt)
 
     def _start(self, handle: Handle, sink: Sink, seq_id: int) -> Sequence | None:
         """Bind a request to `seq_id` and give it the KV it can start from. On failure the
@@ -296,7 +297,7 @@ class Engine:
         self.stats.decode_seconds += spent
         self.stats.steps += 1
         if status == DecodeStatus.NO_KV_SLOT:
-            self._relieve_kv(plan_seqs=[self._running[sl.index] for sl in plan])
+            self._relieve_kv([sl.index for sl in plan])
             return
         if status != DecodeStatus.OK:
             raise EngineError(f"llama_decode failed with status {status}")
@@ -319,21 +320,20 @@ class Engine:
             f = outcome.finish
             self._finish(s, f.reason, f.message, n_extra=f.n_extra)
 
-    def _relieve_kv(self, plan_seqs: list[Sequence]) -> None:
-        """The KV cache is full. Put back a request still reading its prompt if there is
-        one (it is recomputed later); otherwise end the longest with reason 'length'."""
+    def _relieve_kv(self, planned: list[int]) -> None:
+        """The KV cache is full: free idle KV, else preempt whom the scheduler chooses.
+        Either way the step is retried."""
         if self.kv.make_room():
-            return  # cached prefixes, then idle contexts, go first; the step is retried
-        prefilling = [s for s in plan_seqs if s.prefilling and s.n_generated == 0]
-        if prefilling and len(self._running) > 1:
-            victim = prefilling[-1]
+            return
+        choice = preempt(self._running, planned)
+        victim = self._running[choice.index]
+        if choice.requeue:
             self._running.remove(victim)
             self.kv.release(victim.seq_id)
             with self._cond:
                 self._waiting.appendleft((victim.handle, victim.sink))
             log.info("KV cache full: request %d put back in the queue", victim.request.id)
             return
-        victim = max(self._running, key=lambda s: s.n_past)
         self._finish(victim, "length", "the KV cache is full: generation stopped early")
         self._running = [s for s in self._running if not s.done]
 

@@ -1,4 +1,6 @@
-"""Which tokens go into the next decode: a pure function, tested without weights.
+"""The engine's decisions, as pure functions tested without weights: which tokens go into
+the next decode (`schedule`), which waiting requests start (`Admission`), and which
+request gives way when the KV cache is full (`preempt`).
 
 Decode tokens of running sequences come first (one each, so generation never stalls
 behind a long prompt), then prompt chunks, in arrival order, within the token budget.
@@ -13,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
-__all__ = ["Schedulable", "Slice", "schedule"]
+__all__ = ["Admission", "Preemptible", "Preemption", "Schedulable", "Slice", "Verdict", "preempt", "schedule"]
 
 
 class Schedulable(Protocol):
@@ -66,3 +68,77 @@ def schedule(seqs: Sequence[Schedulable], budget: int) -> list[Slice]:
         plan.append(Slice(i, s.n_past, count, count == pending))
         left -= count
     return plan
+
+
+Verdict = Literal["admit", "drop", "wait"]
+
+
+@dataclass
+class Admission:
+    """One admission pass over the waiting queue, head first.
+
+    `verdict` answers for the request at the head of the queue: "admit" it, "drop" it (it
+    was aborted while waiting), or "wait" (stop the pass: no slot, or its prompt does not
+    fit beside the running requests' KV). The queue is first come, first served: a request
+    that must wait holds back the ones behind it, so a long prompt is never starved by
+    shorter ones. A request is admitted alone even if it would not fit beside others, so
+    the queue always moves (the engine refuses prompts longer than the context at submit).
+    After a request really starts, `started` counts it.
+    """
+
+    n_running: int
+    used: int  # KV positions the running requests may need (tokens known so far)
+    concurrency: int
+    n_ctx: int
+
+    @classmethod
+    def begin(cls, running: Sequence[Schedulable], concurrency: int, n_ctx: int) -> Admission:
+        return cls(len(running), sum(s.n_tokens for s in running), concurrency, n_ctx)
+
+    def verdict(self, n_prompt: int, aborted: bool) -> Verdict:
+        if self.n_running >= self.concurrency:
+            return "wait"
+        if aborted:
+            return "drop"
+        if self.n_running and self.used + n_prompt + 1 > self.n_ctx:
+            return "wait"  # until running requests free KV
+        return "admit"
+
+    def started(self, n_prompt: int) -> None:
+        """A request of `n_prompt` tokens is now running (it needs one more to generate)."""
+        self.n_running += 1
+        self.used += n_prompt + 1
+
+
+class Preemptible(Protocol):
+    @property
+    def n_past(self) -> int: ...  # tokens already in the KV cache
+
+    @property
+    def n_prompt(self) -> int: ...
+
+    @property
+    def n_generated(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Running request `index` gives way: with `requeue` it goes back to the head of the
+    queue (its KV is freed and its prompt computed again later); otherwise it ends with
+    reason "length"."""
+
+    index: int
+    requeue: bool
+
+
+def preempt(running: Sequence[Preemptible], planned: Sequence[int]) -> Preemption:
+    """Choose who gives way when a decode of the requests at `planned` (indexes into
+    `running`, in plan order) found no KV room, after idle cached KV was freed. A request
+    still reading its prompt, with nothing generated yet, loses the least: the last such
+    one in the plan is put back, unless it is the only running request. Otherwise the
+    request holding the most KV ends (the first of equals). `running` must not be empty."""
+    reading = [i for i in planned if running[i].n_past < running[i].n_prompt and running[i].n_generated == 0]
+    if reading and len(running) > 1:
+        return Preemption(reading[-1], requeue=True)
+    longest = max(range(len(running)), key=lambda i: running[i].n_past)
+    return Preemption(longest, requeue=False)
