@@ -62,7 +62,9 @@ def test_typing_typeddict_works_nested_and_not_required() -> None:
     movie = spec.schema["$defs"]["Movie"]
     assert list(movie["properties"]) == ["title", "year", "tags"]
     assert movie["required"] == ["title", "year"]
-    assert spec.parse('{"movies": [{"title": "Up", "year": 2009}]}') == {"movies": [{"title": "Up", "year": 2009}]}
+    assert spec.parse('{"movies": [{"title": "Up", "year": 2009}]}') == {
+        "movies": [{"title": "Up", "year": 2009}]
+    }
     with pytest.raises(ValidationError):
         spec.parse('{"movies": [{"title": "Up"}]}')
 
@@ -116,7 +118,9 @@ def test_the_grammar_holds_generation_to_the_schema_in_order() -> None:
     grammar = output_spec(Invoice).grammar
     good = {"number": "1", "total": 2.5, "currency": "GBP"}
     assert grammar.matches(json.dumps(good, indent=2).encode())
-    assert not grammar.matches(json.dumps({"total": 2.5, "number": "1", "currency": "GBP"}, indent=2).encode())
+    assert not grammar.matches(
+        json.dumps({"total": 2.5, "number": "1", "currency": "GBP"}, indent=2).encode()
+    )
     assert not grammar.matches(json.dumps({**good, "currency": "JPY"}, indent=2).encode())
 
 

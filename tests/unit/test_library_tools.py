@@ -69,7 +69,12 @@ def test_the_tool_is_still_the_function() -> None:
 
 
 def test_invoke_validates_and_fills_defaults() -> None:
-    assert asyncio.run(get_weather.invoke({"city": "Pune"})) == {"city": "Pune", "temp": 31, "unit": "c", "days": 1}
+    assert asyncio.run(get_weather.invoke({"city": "Pune"})) == {
+        "city": "Pune",
+        "temp": 31,
+        "unit": "c",
+        "days": 1,
+    }
     with pytest.raises(ValueError):
         asyncio.run(get_weather.invoke({"city": "Pune", "unit": "k"}))
     with pytest.raises(ValueError):
