@@ -19,12 +19,12 @@ indented grammar is still valid under the caller's schema.
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest
 from ..grammar import Grammar
+from ..grammar.report import check
 from .fields import Fields
 
 __all__ = [
@@ -46,7 +46,6 @@ SHAPES = ("tight", "free")
 # model extracts better in the layout it was trained to write.
 DEFAULT_LAYOUT = "indented"
 DEFAULT_SHAPE = "tight"
-MAX_ERRORS = 20
 
 
 @dataclass(frozen=True)
@@ -89,31 +88,6 @@ def schema_grammar(schema: Any, style: JsonStyle, *, strict: bool, param: str) -
 def json_object(style: JsonStyle, *, param: str) -> Grammar:
     """Any JSON object, in the request's layout (keys are free: there are no properties)."""
     return schema_grammar({"type": "object"}, style, strict=True, param=param)
-
-
-def check(grammar: Grammar | None, text: str, *, complete: bool) -> dict[str, Any] | None:
-    """The report on an output whose schema was not enforced in full, else None.
-
-    `{"unenforced": ["uniqueItems at /tags", ...], "valid": bool, "errors": [...]}`:
-    `valid` says whether the output satisfies the whole schema. An output cut short
-    (`complete` false, e.g. by max_tokens) is reported invalid without parsing.
-    Runs a real validator: call it from a worker thread, not the event loop.
-    """
-    if grammar is None or grammar.schema is None or not grammar.unenforced:
-        return None
-    errors: list[str]
-    if not complete:
-        errors = ["the output is incomplete, so it was not validated"]
-    else:
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            errors = [f"the output is not JSON: {exc}"]
-        else:
-            from ..grammar.validate import validate
-
-            errors = validate(grammar.schema, value)[:MAX_ERRORS]
-    return {"unenforced": list(grammar.unenforced), "valid": not errors, "errors": errors}
 
 
 async def schema_check(grammar: Grammar | None, text: str, *, complete: bool) -> dict[str, Any]:

@@ -11,17 +11,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..engine.client import submit_all
-from ..engine.request import GenerateRequest
+from ..chat.flow import ChatOptions
+from ..chat.pipeline import RunSpec, chat_prompt, start
 from ..errors import InvalidRequest
 from ..grammar import Grammar
 from ..redact import DETECTORS, STYLES, Detector, Finding, Span, redact
 from ..runtime import LoadedModel
-from ..types import SamplingParams, StopSpec
-from .chatflow import ChatOptions, prepare_chat
+from ..types import SamplingParams
 from .fields import Fields
 from .http import json_response, read_json
-from .openai.common import check_plan, collect
 
 __all__ = ["redact_routes", "MODEL_TYPES"]
 
@@ -99,20 +97,14 @@ async def model_spans(lm: LoadedModel, text: str) -> list[tuple[str, str]]:
         grammar=grammar,
         thinking=False,
     )
-    setup = prepare_chat(lm, opts)
-    await check_plan(lm, setup.plan)
-    budget = max(64, min(2048, lm.engine.n_ctx - len(setup.tokens) - 1))
-    req = GenerateRequest(
-        setup.tokens, SamplingParams(temperature=0), StopSpec(max_tokens=budget), setup.plan
-    )
-    ((answer, fin, _),) = await collect(submit_all(lm.engine, [req]), False)
-    if fin.reason != "stop":
+    prompt = chat_prompt(lm, opts)
+    budget = max(64, min(2048, lm.engine.n_ctx - len(prompt.tokens) - 1))
+    spec = RunSpec(sampling=SamplingParams(temperature=0), max_tokens=budget)
+    (answer,) = await (await start(lm, prompt, spec)).collect()
+    if answer.reason != "stop":
         return []
-    out = setup.output()
-    out.push(answer)
-    out.finish()
     try:
-        data = json.loads(out.content)
+        data = json.loads(answer.content)
     except ValueError:
         return []
     return [(s["type"], s["text"]) for s in data.get("spans", []) if len(s["text"].strip()) >= 2]

@@ -7,12 +7,13 @@ from contextlib import asynccontextmanager
 
 from starlette.requests import Request
 
-from ..errors import Conflict, InvalidRequest
+from ..chat.pipeline import Held
+from ..errors import InvalidRequest
 from ..runtime import LoadedModel
 from .authn import principal_of
 from .contexts import find_context, on_engine
 
-__all__ = ["reserve_session", "align_prompt"]
+__all__ = ["reserve_session", "held_context"]
 
 
 @asynccontextmanager
@@ -39,23 +40,12 @@ async def reserve_session(request: Request, lm: LoadedModel, cid: str) -> AsyncI
         raise
 
 
-def align_prompt(lm: LoadedModel, held: list[int], tokens: list[int], text: str | None) -> list[int]:
-    """The prompt as tokens that start with exactly `held`. A prompt whose text starts with
-    the held text but tokenizes differently at the seam keeps the held tokens and
-    tokenizes only the rest; a prompt that really differs is a 409 saying where."""
-    if tokens[: len(held)] == held and len(tokens) > len(held):
-        return tokens
-    if text is not None:
-        held_text = lm.model.detokenize(held)
-        if text.startswith(held_text) and len(text) > len(held_text):
-            return held + lm.model.tokenize(text[len(held_text) :], add_special=False, parse_special=True)
-    at = next(
-        (i for i, (a, b) in enumerate(zip(held, tokens, strict=False)) if a != b), min(len(held), len(tokens))
-    )
-    if at >= len(held):
-        raise InvalidRequest("the prompt adds nothing to what the context holds", param="llamay_session")
-    shown = lm.model.detokenize(held[max(0, at - 8) : at + 8])
-    raise Conflict(
-        f"the prompt diverges from the context at token {at} of {len(held)} (near {shown!r}); "
-        "a session's prompt must start with exactly what the context holds"
-    )
+@asynccontextmanager
+async def held_context(request: Request, lm: LoadedModel, cid: str | None) -> AsyncIterator[Held | None]:
+    """`reserve_session` as the pipeline's `Held` (None without a session): submit inside
+    the `with`, so a reservation is released in one place if submitting fails."""
+    if cid is None:
+        yield None
+        return
+    async with reserve_session(request, lm, cid) as tokens:
+        yield Held(cid, tokens)

@@ -5,9 +5,12 @@ calls on the way back. Knows protocols' common ground, not their JSON shapes."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..chat.tools import (
+from ..engine.request import ConstraintPlan
+from ..errors import InvalidRequest
+from ..grammar import Grammar
+from .tools import (
     FINISH_TOOL,
     ContentDelta,
     ToolArgsDelta,
@@ -19,11 +22,10 @@ from ..chat.tools import (
     supports_parallel_calls,
     think_first,
 )
-from ..chat.traits import Traits
-from ..engine.request import ConstraintPlan
-from ..errors import InvalidRequest
-from ..grammar import Grammar
-from ..runtime import LoadedModel
+from .traits import Traits
+
+if TYPE_CHECKING:
+    from ..runtime import LoadedModel
 
 __all__ = ["ChatOptions", "ChatSetup", "ChatOutput", "Piece", "prepare_chat", "model_traits", "output_limit"]
 

@@ -8,7 +8,7 @@ import pytest
 
 from llamay.api.anthropic import adapter
 from llamay.api.anthropic.blocks import BlockAssembler, signature, tool_id
-from llamay.api.chatflow import Piece
+from llamay.chat.flow import Piece
 from llamay.errors import (
     Conflict,
     ContextOverflow,

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from llamay.api import jsonformat
-from llamay.api.chatflow import output_limit
 from llamay.api.fields import Fields
+from llamay.chat.flow import output_limit
 from llamay.engine.request import ConstraintPlan
 from llamay.errors import InvalidRequest
 from llamay.grammar import Grammar, SchemaError

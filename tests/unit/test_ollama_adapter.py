@@ -3,10 +3,10 @@ calls with object arguments, logprobs, and the reply splitter."""
 
 from __future__ import annotations
 
-from llamay.api.chatflow import ChatSetup
 from llamay.api.ollama import adapter
-from llamay.api.ollama.reply import Reply
+from llamay.api.ollama.reply import Reply, Step
 from llamay.api.ollama.schemas import Generation
+from llamay.chat.flow import ChatSetup, Piece
 from llamay.chat.reasoning import ReasoningMarkers
 from llamay.chat.tools import HermesFormat, ToolCall, ToolSpec
 from llamay.chat.traits import Traits
@@ -110,22 +110,33 @@ def test_logprob_json_floors_minus_infinity() -> None:
     }  # fmt: skip
 
 
-def test_engine_request_caps_and_whole_context_repeat() -> None:
+def test_run_spec_and_whole_context_repeat() -> None:
     gen = Generation(SamplingParams(temperature=0.0, repeat_last_n=0), ("END",), 500, None, True)
-    plan = ConstraintPlan(None, label="x")
-    req = adapter.engine_request([1, 2, 3], gen, 100, plan, default_max=50)
-    assert (req.tokens, req.stop.max_tokens, req.stop.stop, req.constraint) == ([1, 2, 3], 97, ("END",), plan)
-    assert req.sampling.repeat_last_n == 100
-    free = adapter.engine_request([1], Generation(num_predict=None), 100, None, default_max=50)
-    assert (free.stop.max_tokens, free.sampling.repeat_last_n, free.constraint) == (None, 64, None)
-    # Constrained output without num_predict gets the server's default limit.
-    bounded = adapter.engine_request([1], Generation(num_predict=None), 100, plan, default_max=50)
-    assert bounded.stop.max_tokens == 50
+    spec = adapter.run_spec(gen, 100, default_max=50)
+    assert (spec.max_tokens, spec.stop, spec.default_max, spec.n) == (500, ("END",), 50, 1)
+    assert spec.sampling.repeat_last_n == 100
+    free = adapter.run_spec(Generation(num_predict=None), 100, default_max=50)
+    assert (free.max_tokens, free.sampling.repeat_last_n) == (None, 64)
+
+
+class _Fed:
+    """A Reply fed by the pipeline's splitter, as the routes feed it."""
+
+    def __init__(self, setup: ChatSetup, *, show_thinking: bool = True) -> None:
+        self.out = setup.output()
+        self.reply = Reply(show_thinking=show_thinking)
+
+    def push(self, text: str) -> Step:
+        return self.reply.step(self.out.push(text), self.out.calls, final=False)
+
+    def finish(self) -> Step:
+        return self.reply.step(self.out.finish(), self.out.calls, final=True)
 
 
 def test_plain_reply_is_all_content() -> None:
-    reply = Reply(None)
-    assert reply.push("<think>a").content == "<think>a" and not reply.finish()
+    reply = Reply()
+    assert reply.step([Piece("content", "<think>a")], [], final=False).content == "<think>a"
+    assert not reply.step([], [], final=True)
     assert (reply.content, reply.thinking, reply.tool_calls) == ("<think>a", "", [])
 
 
@@ -139,15 +150,17 @@ def test_reply_splits_thinking_content_and_whole_calls() -> None:
         '<think>plan</think>Sure. <tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
         '<tool_call>\n{"name": "g", "arguments": {"b": [2]}}\n</tool_call>'
     )
-    whole = Reply(_setup())
-    whole.push(text)
-    whole.finish()
+    fed = _Fed(_setup())
+    fed.push(text)
+    fed.finish()
+    whole = fed.reply
     assert (whole.thinking, whole.content.strip()) == ("plan", "Sure.")
     assert [(c["function"]["name"], c["function"]["arguments"], c["function"]["index"]) for c in whole.tool_calls] == [
         ("f", {"a": 1}, 0), ("g", {"b": [2]}, 1),
     ]  # fmt: skip
-    streamed = Reply(_setup())
-    steps = [streamed.push(ch) for ch in text] + [streamed.finish()]
+    feed = _Fed(_setup())
+    steps = [feed.push(ch) for ch in text] + [feed.finish()]
+    streamed = feed.reply
     reported = [
         (i, [c["function"]["name"] for c in s.tool_calls]) for i, s in enumerate(steps) if s.tool_calls
     ]
@@ -159,7 +172,8 @@ def test_reply_splits_thinking_content_and_whole_calls() -> None:
 
 
 def test_reply_hides_thinking_when_think_is_false() -> None:
-    reply = Reply(_setup(started=True), show_thinking=False)
-    step = reply.push("hidden</think>shown")
-    reply.finish()
+    fed = _Fed(_setup(started=True), show_thinking=False)
+    step = fed.push("hidden</think>shown")
+    fed.finish()
+    reply = fed.reply
     assert step.thinking == "" and reply.thinking == "" and reply.content == "shown"

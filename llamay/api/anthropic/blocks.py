@@ -17,7 +17,7 @@ import hashlib
 import json
 from typing import Any
 
-from ..chatflow import Piece
+from ...chat.flow import Piece
 
 __all__ = ["BlockAssembler", "signature", "tool_id"]
 

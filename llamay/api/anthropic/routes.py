@@ -4,26 +4,21 @@ LlamayError raised here is answered in Anthropic's error shape."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ...engine.client import EventStream, submit_all
-from ...engine.request import GenerateRequest
+from ...chat.defaults import sampling_defaults
+from ...chat.flow import ChatOptions
+from ...chat.pipeline import Choice, Delta, Done, Generation, Prompt, RunSpec, chat_prompt, start
 from ...errors import EngineError, LlamayError, ModelNotFound
 from ...runtime import LoadedModel
-from ...types import ErrorEvent, FinishEvent, StopSpec, TokenEvent
-from .. import jsonformat
-from ..chatflow import ChatOptions, ChatOutput, ChatSetup, prepare_chat
 from ..http import json_response, read_json, sse_response, until_disconnect
-from ..ollama.common import sampling_defaults
-from ..openai.common import check_plan
 from . import adapter
 from .blocks import BlockAssembler
 from .cache import common_prefix
@@ -52,13 +47,9 @@ async def _model(request: Request, name: str) -> LoadedModel:
     return lm
 
 
-def render(lm: LoadedModel, opts: ChatOptions, prefill: str | None) -> ChatSetup:
+def render(lm: LoadedModel, opts: ChatOptions, prefill: str | None) -> Prompt:
     """The prompt of a request: the chat pipeline's, plus a prefill the reply continues."""
-    setup = prepare_chat(lm, opts)
-    if prefill:
-        setup.text += prefill
-        setup.tokens = lm.model.tokenize(setup.text, add_special=True, parse_special=True)
-    return setup
+    return chat_prompt(lm, opts, prefill or "")
 
 
 def breakpoint_tokens(lm: LoadedModel, req: MessagesRequest, tokens: list[int]) -> int:
@@ -66,7 +57,7 @@ def breakpoint_tokens(lm: LoadedModel, req: MessagesRequest, tokens: list[int]) 
     one): the prompt rendered with MARK there, cut at MARK, tokenized and matched."""
     if req.marked is None:
         return 0
-    text = render(lm, *req.marked).text
+    text = render(lm, *req.marked).text or ""
     at = text.find(MARK)
     if at < 0:  # the template dropped the marked block (an old turn's thinking, say)
         return 0
@@ -79,108 +70,87 @@ class _Run:
     """One generation's bookkeeping: the text released, the raw token bytes (to tell which
     stop sequence matched) and the blocks built so far."""
 
-    setup: ChatSetup
     stops: tuple[str, ...]
     blocks: BlockAssembler
     released: str = ""
     raw: bytes = b""
-    out: ChatOutput = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.out = self.setup.output()
+    def delta(self, step: Delta) -> list[dict[str, object]]:
+        if step.token is not None:
+            self.released += step.token.text
+            self.raw += step.token.token_bytes
+        return self.blocks.push(step.pieces)
 
-    def token(self, ev: TokenEvent) -> list[dict[str, object]]:
-        self.released += ev.text
-        self.raw += ev.token_bytes
-        return self.blocks.push(self.out.push(ev.text))
-
-    def finish(self, fin: FinishEvent) -> tuple[list[dict[str, object]], str, str | None]:
+    def done(self, step: Done) -> tuple[list[dict[str, object]], str, str | None]:
         """Events closing the content, the stop reason and the stop sequence; raises
         EngineError when the engine could not complete the reply."""
+        fin = step.choice.finish
         if fin.reason not in ("stop", "length", "tool_calls"):
             raise EngineError(fin.message or f"generation ended early ({fin.reason})")
         self.released += fin.text
-        events = self.blocks.push(self.out.push(fin.text) + self.out.finish()) + self.blocks.close()
+        events = self.blocks.push(step.pieces) + self.blocks.close()
         seq = adapter.matched_stop(self.raw, self.released, self.stops) if fin.reason == "stop" else None
         reason = adapter.stop_reason(fin, tool_use=self.blocks.has_tool_use, stop_sequence=seq)
         return events, reason, seq if reason == "stop_sequence" else None
 
 
 async def create_message(request: Request) -> Response:
+    runtime = request.app.state.runtime
     req = parse_messages_request(await read_json(request))
     lm = await _model(request, req.model)
-    req = req.with_defaults(await asyncio.to_thread(sampling_defaults, request.app.state.runtime, lm))
-    setup = render(lm, req.options, req.prefill)
-    await check_plan(lm, setup.plan)
-    mark = breakpoint_tokens(lm, req, setup.tokens)
-    assert req.max_tokens is not None
-    stop = StopSpec(
-        max_tokens=min(req.max_tokens, max(1, lm.engine.n_ctx - len(setup.tokens))), stop=req.stop
+    req = req.with_defaults(await sampling_defaults(runtime, lm))
+    prompt = render(lm, req.options, req.prefill)
+    mark = breakpoint_tokens(lm, req, prompt.tokens)
+    spec = RunSpec(
+        sampling=req.sampling, max_tokens=req.max_tokens, stop=req.stop, default_max=runtime.config.max_tokens
     )
-    gen = GenerateRequest(tokens=setup.tokens, sampling=req.sampling, stop=stop, constraint=setup.plan)
-    [stream] = submit_all(lm.engine, [gen])
-    run = _Run(setup, req.stop, BlockAssembler(shown=req.thinking.shown))
+    gen = await start(lm, prompt, spec)
+    run = _Run(req.stop, BlockAssembler(shown=req.thinking.shown))
     mid = adapter.new_message_id()
     if req.stream:
-        return sse_response(_frames(req, mid, lm.name, len(setup.tokens), mark, run, stream))
-    fin = await until_disconnect(request, _collect(run, stream))
-    _, reason, seq = run.finish(fin)
-    usage = adapter.usage_json(fin.usage, mark)
+        return sse_response(_frames(mid, lm.name, len(prompt.tokens), mark, run, gen))
+    choice, reason, seq = await until_disconnect(request, _collect(run, gen))
+    usage = adapter.usage_json(choice.usage, mark)
     body = adapter.message_json(mid, lm.name, run.blocks.blocks, reason, seq, usage)
-    return json_response({**body, **await _check(req, run, fin)})
+    return json_response({**body, **_check(choice)})
 
 
-async def _check(req: MessagesRequest, run: _Run, fin: FinishEvent) -> dict[str, object]:
-    return await jsonformat.schema_check(req.options.grammar, run.out.content, complete=fin.reason == "stop")
+def _check(choice: Choice) -> dict[str, object]:
+    """A schema not enforced in full: say so, and whether the answer satisfies it."""
+    return {"schema_check": choice.check} if choice.check is not None else {}
 
 
-async def _collect(run: _Run, stream: EventStream) -> FinishEvent:
-    try:
-        async for ev in stream:
-            if isinstance(ev, TokenEvent):
-                run.token(ev)
-            elif isinstance(ev, FinishEvent):
-                return ev
-            elif isinstance(ev, ErrorEvent):
-                raise (
-                    ev.error
-                    if isinstance(ev.error, LlamayError)
-                    else EngineError(f"generation failed: {ev.error}")
-                )
-    finally:
-        stream.close()
-    raise EngineError("generation ended without a finish event")
+async def _collect(run: _Run, gen: Generation) -> tuple[Choice, str, str | None]:
+    async for step in gen:
+        if isinstance(step, Delta):
+            run.delta(step)
+        else:
+            _, reason, seq = run.done(step)
+            return step.choice, reason, seq
+    raise EngineError("generation ended without a finish event")  # pragma: no cover
 
 
 async def _frames(
-    req: MessagesRequest, mid: str, model: str, prompt_tokens: int, mark: int, run: _Run, stream: EventStream
+    mid: str, model: str, prompt_tokens: int, mark: int, run: _Run, gen: Generation
 ) -> AsyncIterator[bytes]:
     yield adapter.sse_event(adapter.message_start(mid, model, prompt_tokens))
     yield adapter.sse_event({"type": "ping"})
     try:
-        async for ev in stream:
-            if isinstance(ev, TokenEvent):
-                for event in run.token(ev):
+        async for step in gen:
+            if isinstance(step, Delta):
+                for event in run.delta(step):
                     yield adapter.sse_event(event)
-            elif isinstance(ev, FinishEvent):
-                events, reason, seq = run.finish(ev)
-                for event in events:
-                    yield adapter.sse_event(event)
-                usage = adapter.usage_json(ev.usage, mark)
-                yield adapter.sse_event(
-                    {**adapter.message_delta(reason, seq, usage), **await _check(req, run, ev)}
-                )
-                yield adapter.sse_event({"type": "message_stop"})
-            elif isinstance(ev, ErrorEvent):
-                raise (
-                    ev.error
-                    if isinstance(ev.error, LlamayError)
-                    else EngineError(f"generation failed: {ev.error}")
-                )
+                continue
+            events, reason, seq = run.done(step)
+            for event in events:
+                yield adapter.sse_event(event)
+            usage = adapter.usage_json(step.choice.usage, mark)
+            yield adapter.sse_event({**adapter.message_delta(reason, seq, usage), **_check(step.choice)})
+            yield adapter.sse_event({"type": "message_stop"})
     except LlamayError as exc:
         yield adapter.sse_event(adapter.error_body(exc))
     finally:
-        stream.close()
+        gen.close()
 
 
 async def count_tokens(request: Request) -> Response:

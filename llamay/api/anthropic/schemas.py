@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ...chat.flow import ChatOptions
 from ...chat.tools import ToolChoice, ToolSpec, parse_tools
 from ...errors import InvalidRequest
 from ...grammar import Grammar
 from ...types import SamplingParams
-from ..chatflow import ChatOptions
 from ..fields import Fields
 from ..jsonformat import json_style, schema_grammar
 from .cache import last_breakpoint

@@ -9,16 +9,15 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ...chat.pipeline import RunSpec
 from ...chat.tools import ToolCall
-from ...engine.request import ConstraintPlan, GenerateRequest
-from ...types import FinishEvent, StopSpec, TokenEvent
-from ..chatflow import output_limit
+from ...types import FinishEvent, TokenEvent
 from .schemas import Generation
 
 __all__ = [
     "iso_time",
     "nanos",
-    "engine_request",
+    "run_spec",
     "done_reason",
     "stats_json",
     "call_arguments",
@@ -43,22 +42,14 @@ def nanos(seconds: float) -> int:
     return max(0, int(seconds * 1e9))
 
 
-def engine_request(
-    tokens: list[int], gen: Generation, n_ctx: int, plan: ConstraintPlan | None, *, default_max: int
-) -> GenerateRequest:
-    """One engine request. num_predict is capped by what the context leaves, and
-    constrained output without it by `default_max` or its schema (chatflow.output_limit);
-    Ollama's repeat_last_n -1 means the whole context."""
-    max_tokens = output_limit(plan, gen.num_predict, default_max, n_ctx - len(tokens))
+def run_spec(gen: Generation, n_ctx: int, *, default_max: int) -> RunSpec:
+    """The pipeline's RunSpec: num_predict as max_tokens (the pipeline caps it by what the
+    context leaves, and bounds constrained output without it); Ollama's repeat_last_n -1
+    means the whole context."""
     sampling = gen.sampling
     if gen.repeat_whole_context:
         sampling = replace(sampling, repeat_last_n=n_ctx)
-    return GenerateRequest(
-        tokens=list(tokens),
-        sampling=sampling,
-        stop=StopSpec(max_tokens=max_tokens, stop=gen.stop),
-        constraint=plan,
-    )
+    return RunSpec(sampling=sampling, max_tokens=gen.num_predict, stop=gen.stop, default_max=default_max)
 
 
 def done_reason(fin: FinishEvent) -> str:

@@ -11,18 +11,23 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from ...chat.flow import ChatOptions, Piece
+from ...chat.pipeline import Choice, Delta, Generation, Prompt, chat_prompt, start, text_prompt
 from ...chat.tools import ToolChoice
-from ...engine.client import EventStream, merge, submit_all
-from ...engine.request import ConstraintPlan
-from ...errors import EngineError, InvalidRequest, LlamayError
+from ...errors import InvalidRequest, LlamayError
 from ...runtime import LoadedModel
-from ...types import ErrorEvent, FinishEvent, TokenEvent
-from .. import jsonformat
-from ..chatflow import ChatOptions, ChatSetup, prepare_chat
+from ...types import FinishEvent
 from ..http import read_json, until_disconnect
-from ..openai.common import check_plan
 from . import adapter
-from .common import loaded_alias, model_defaults, ndjson_line, ndjson_response, runtime_feature, use_model
+from .common import (
+    error_body,
+    loaded_alias,
+    model_defaults,
+    ndjson_line,
+    ndjson_response,
+    runtime_feature,
+    use_model,
+)
 from .gotemplate import render_template
 from .reply import Reply, Step
 from .schemas import Common, OllamaGenerate, parse_chat, parse_generate
@@ -39,7 +44,6 @@ class Turn:
 
     name: str
     lm: LoadedModel
-    setup: ChatSetup | None
     common: Common
     t0: float
     load_ns: int
@@ -70,9 +74,8 @@ async def chat(request: Request) -> Response:
         template_kwargs=_think_kwargs(c),
         finish_tool=False,  # not an Ollama concept: with tools the model may answer in text
     )
-    setup = prepare_chat(lm, opts)
-    turn = Turn(c.model or lm.name, lm, setup, c, t0, load_ns, chat=True)
-    return await _run(request, turn, setup.tokens, setup.plan)
+    turn = Turn(c.model or lm.name, lm, c, t0, load_ns, chat=True)
+    return await _run(request, turn, chat_prompt(lm, opts))
 
 
 async def generate(request: Request) -> Response:
@@ -86,25 +89,19 @@ async def generate(request: Request) -> Response:
     c = c.with_model_defaults(params)
     # A model's own system prompt starts a conversation; a continued one (context) has it.
     req = replace(req, common=c, system=req.system or (None if req.context else system))
-    setup, tokens = _generate_prompt(lm, req)
-    plan = setup.plan if setup is not None else _plain_plan(c)
-    turn = Turn(
-        c.model or lm.name, lm, setup, c, t0, load_ns, chat=False, context=None if req.raw else tokens
-    )
-    return await _run(request, turn, tokens, plan)
+    prompt = _generate_prompt(lm, req)
+    context = None if req.raw else prompt.tokens
+    turn = Turn(c.model or lm.name, lm, c, t0, load_ns, chat=False, context=context)
+    return await _run(request, turn, prompt)
 
 
 def _think_kwargs(c: Common) -> dict[str, Any]:
     return {"reasoning_effort": c.think_level} if c.think_level else {}
 
 
-def _plain_plan(c: Common) -> ConstraintPlan | None:
-    return ConstraintPlan(c.grammar, label="json") if c.grammar is not None else None
-
-
-def _generate_prompt(lm: LoadedModel, req: OllamaGenerate) -> tuple[ChatSetup | None, list[int]]:
-    """The prompt tokens, and the chat setup when the model's own template is used (raw
-    prompts and custom templates are plain text: no reasoning split). A `context` from a
+def _generate_prompt(lm: LoadedModel, req: OllamaGenerate) -> Prompt:
+    """The prompt: through the model's own template (reasoning and content split), or as
+    plain text for raw prompts and custom templates. A `context` from a
     previous answer goes first, and the new part then gets no BOS of its own."""
     model = lm.model
     prefix = list(req.context or [])
@@ -113,7 +110,7 @@ def _generate_prompt(lm: LoadedModel, req: OllamaGenerate) -> tuple[ChatSetup | 
         text = req.prompt
         if req.template is not None and not req.raw:
             text = render_template(req.template, system=req.system or "", prompt=req.prompt)
-        return None, prefix + model.tokenize(text, add_special=not prefix, parse_special=True)
+        return text_prompt(lm, text, req.common.grammar, prefix=prefix)
     messages = ([{"role": "system", "content": req.system}] if req.system else []) + [
         {"role": "user", "content": req.prompt}
     ]
@@ -123,11 +120,11 @@ def _generate_prompt(lm: LoadedModel, req: OllamaGenerate) -> tuple[ChatSetup | 
         thinking=req.common.think is not False,
         template_kwargs=_think_kwargs(req.common),
     )
-    setup = prepare_chat(lm, opts)
-    tokens = setup.tokens
+    prompt = chat_prompt(lm, opts)
+    tokens = prompt.tokens
     if prefix and model.add_bos and tokens[:1] == [model.bos_id]:
         tokens = tokens[1:]
-    return setup, prefix + tokens
+    return replace(prompt, tokens=prefix + tokens, text=None if prefix else prompt.text)
 
 
 async def _load_or_unload(request: Request, c: Common, *, chat: bool) -> Response:
@@ -142,7 +139,7 @@ async def _load_or_unload(request: Request, c: Common, *, chat: bool) -> Respons
     return JSONResponse(adapter.load_reply(c.model, adapter.iso_time(time.time()), chat=chat, reason=reason))
 
 
-async def _run(request: Request, turn: Turn, tokens: list[int], plan: ConstraintPlan | None) -> Response:
+async def _run(request: Request, turn: Turn, prompt: Prompt) -> Response:
     lm, gen = turn.lm, turn.common.gen
     if gen.num_ctx is not None and gen.num_ctx > lm.engine.n_ctx:
         log.info(
@@ -151,41 +148,25 @@ async def _run(request: Request, turn: Turn, tokens: list[int], plan: Constraint
             lm.name,
             lm.engine.n_ctx,
         )
-    await check_plan(lm, plan)
     default_max = request.app.state.runtime.config.max_tokens
-    streams = submit_all(
-        lm.engine, [adapter.engine_request(tokens, gen, lm.engine.n_ctx, plan, default_max=default_max)]
-    )
+    spec = adapter.run_spec(gen, lm.engine.n_ctx, default_max=default_max)
+    run = await start(lm, prompt, replace(spec, keep_tokens=True))
     if turn.common.stream:
-        return ndjson_response(_lines(turn, streams[0]))
-    text, fin, events = await until_disconnect(request, _collect(streams[0]))
-    reply = Reply(turn.setup, show_thinking=turn.common.think is not False)
-    reply.push(text)
-    reply.finish()
+        return ndjson_response(_lines(turn, run))
+    (choice,) = await until_disconnect(request, run.collect())
+    reply = Reply(show_thinking=turn.common.think is not False)
+    pieces = [Piece("reasoning", choice.reasoning), Piece("content", choice.content)]
+    reply.step(pieces, choice.calls, final=True)
     whole = Step(reply.thinking, reply.content, reply.tool_calls)
+    events = choice.tokens or []
     lps = [adapter.logprob_json(e) for e in events] if turn.common.logprobs else None
-    final = _final(turn, fin, whole, lps, [e.token for e in events])
-    return JSONResponse({**final, **await _check(turn, reply.content, fin)})
+    final = _final(turn, choice.finish, whole, lps, [e.token for e in events])
+    return JSONResponse({**final, **_check(choice)})
 
 
-async def _check(turn: Turn, content: str, fin: FinishEvent) -> dict[str, Any]:
-    return await jsonformat.schema_check(turn.common.grammar, content, complete=fin.reason == "stop")
-
-
-async def _collect(stream: EventStream) -> tuple[str, FinishEvent, list[TokenEvent]]:
-    text = ""
-    events: list[TokenEvent] = []
-    async for _, ev in merge([stream]):
-        if isinstance(ev, TokenEvent):
-            text += ev.text
-            events.append(ev)
-        elif isinstance(ev, FinishEvent):
-            return text + ev.text, ev, events
-        elif isinstance(ev, ErrorEvent):
-            if isinstance(ev.error, LlamayError):
-                raise ev.error
-            raise EngineError(f"generation failed: {ev.error}")
-    raise EngineError("generation ended without a finish event")  # pragma: no cover
+def _check(choice: Choice) -> dict[str, Any]:
+    """A schema not enforced in full: say so, and whether the answer satisfies it."""
+    return {"schema_check": choice.check} if choice.check is not None else {}
 
 
 def _chunk(turn: Turn, step: Step, lps: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -227,25 +208,26 @@ def _final(
     )
 
 
-async def _lines(turn: Turn, stream: EventStream) -> AsyncIterator[bytes]:
-    reply = Reply(turn.setup, show_thinking=turn.common.think is not False)
+async def _lines(turn: Turn, run: Generation) -> AsyncIterator[bytes]:
+    reply = Reply(show_thinking=turn.common.think is not False)
     generated: list[int] = []
-    async for _, ev in merge([stream]):
-        if isinstance(ev, TokenEvent):
-            generated.append(ev.token)
-            step = reply.push(ev.text)
-            lps = [adapter.logprob_json(ev)] if turn.common.logprobs else None
-            if step or lps:
-                yield ndjson_line(_chunk(turn, step, lps))
-        elif isinstance(ev, FinishEvent):
-            tail, last = reply.push(ev.text), reply.finish()
-            step = Step(
-                tail.thinking + last.thinking, tail.content + last.content, tail.tool_calls + last.tool_calls
-            )
-            if step:
-                yield ndjson_line(_chunk(turn, step, None))
-            final = _final(turn, ev, Step(), None, generated)
-            yield ndjson_line({**final, **await _check(turn, reply.content, ev)})
-        else:
-            yield ndjson_line({"error": f"generation failed: {ev.error}"})
-            return
+    try:
+        async for step in run:
+            if isinstance(step, Delta):
+                lps = None
+                if step.token is not None:
+                    generated.append(step.token.token)
+                    lps = [adapter.logprob_json(step.token)] if turn.common.logprobs else None
+                shown = reply.step(step.pieces, run.calls(0), final=False)
+                if shown or lps:
+                    yield ndjson_line(_chunk(turn, shown, lps))
+                continue
+            shown = reply.step(step.pieces, step.choice.calls, final=True)
+            if shown:
+                yield ndjson_line(_chunk(turn, shown, None))
+            final = _final(turn, step.choice.finish, Step(), None, generated)
+            yield ndjson_line({**final, **_check(step.choice)})
+    except LlamayError as exc:
+        yield ndjson_line(error_body(exc))
+    finally:
+        run.close()

@@ -14,10 +14,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ... import __version__
+from ...chat.flow import model_traits
 from ...chat.reasoning import detect_reasoning
 from ...errors import InvalidRequest, ModelNotFound
 from ...runtime import LoadedModel
-from ..chatflow import model_traits
 from ..fields import Fields
 from ..http import read_json
 from . import describe

@@ -1,5 +1,5 @@
-"""Generated text split into what Ollama reports: thinking, content and tool calls whose
-arguments are objects. A call is reported whole, once complete: when the next call
+"""What Ollama reports of a reply: thinking, content and tool calls whose arguments are
+objects. A call is reported whole, once complete: when the next call
 starts, or at the end."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..chatflow import ChatOutput, ChatSetup
+from ...chat.flow import Piece
+from ...chat.tools import ToolCall
 from .adapter import tool_calls_json
 
 __all__ = ["Reply", "Step"]
@@ -26,29 +27,18 @@ class Step:
 
 
 class Reply:
-    """Splits one generation. `setup` None: plain text (raw prompts, custom templates),
-    all content. `show_thinking` False drops reasoning (think: false)."""
+    """What Ollama reports of one generation, from the pipeline's pieces and the tool calls
+    parsed so far. `show_thinking` False drops reasoning (think: false)."""
 
-    def __init__(self, setup: ChatSetup | None, *, show_thinking: bool = True) -> None:
-        self._out: ChatOutput | None = setup.output() if setup is not None else None
+    def __init__(self, *, show_thinking: bool = True) -> None:
         self._show_thinking = show_thinking
         self._reported = 0  # calls already reported
         self.thinking = ""
         self.content = ""
         self.tool_calls: list[dict[str, Any]] = []
 
-    def push(self, text: str) -> Step:
-        if self._out is None:
-            self.content += text
-            return Step(content=text)
-        return self._step(self._out.push(text), final=False)
-
-    def finish(self) -> Step:
-        if self._out is None:
-            return Step()
-        return self._step(self._out.finish(), final=True)
-
-    def _step(self, pieces: list[Any], *, final: bool) -> Step:
+    def step(self, pieces: list[Piece], calls: list[ToolCall], *, final: bool) -> Step:
+        """`pieces` made visible now; `calls` are every call parsed so far; `final` at the end."""
         step = Step()
         started = self._reported
         for p in pieces:
@@ -58,8 +48,6 @@ class Reply:
                 step.content += p.text
             elif p.kind == "call":
                 started = max(started, p.index)
-        assert self._out is not None
-        calls = self._out.calls
         done = len(calls) if final else min(started, len(calls))
         if done > self._reported:
             step.tool_calls = tool_calls_json(calls[self._reported : done], first_index=self._reported)

@@ -6,17 +6,13 @@ from __future__ import annotations
 import codecs
 import secrets
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from ...engine.request import ConstraintPlan, GenerateRequest, SessionSpec
-from ...types import FinishEvent, PromptLogprob, SamplingParams, StopSpec, TokenEvent, TopLogprob, Usage
-from ..chatflow import output_limit
-from .schemas import Common
+from ...types import FinishEvent, PromptLogprob, TokenEvent, TopLogprob, Usage
 
 __all__ = [
     "new_id",
-    "requests_for",
     "usage_json",
     "chat_logprob_json",
     "chat_response",
@@ -32,45 +28,6 @@ __all__ = [
 
 def new_id(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(12)}"
-
-
-def requests_for(
-    tokens: list[int],
-    common: Common,
-    n_ctx: int,
-    plan: ConstraintPlan | None = None,
-    *,
-    default_max: int,
-    prompt_logprobs: int | None = None,
-) -> list[GenerateRequest]:
-    """One engine request per choice. With a seed, choice i uses seed + i so that n > 1
-    gives different texts that are still reproducible. `plan` defaults to the request's
-    grammar, active from the first token. `default_max` limits constrained output when
-    the request sets no limit (see chatflow.output_limit). `prompt_logprobs`: score the
-    prompt's tokens with that many alternatives (see GenerateRequest)."""
-    if plan is None and common.grammar is not None:
-        plan = ConstraintPlan(common.grammar, label="json")
-    max_tokens = output_limit(plan, common.max_tokens, default_max, n_ctx - len(tokens))
-    stop = StopSpec(max_tokens=max_tokens, stop=common.stop)
-    out = []
-    for i in range(common.n):
-        sampling: SamplingParams = common.sampling
-        if sampling.seed is not None and i:
-            sampling = replace(sampling, seed=sampling.seed + i)
-        session = SessionSpec(context_id=common.session) if common.session else None
-        out.append(
-            GenerateRequest(
-                tokens=list(tokens),
-                sampling=sampling,
-                stop=stop,
-                constraint=plan,
-                session=session,
-                repetition=common.repetition,
-                cache=common.cache_prompt,
-                prompt_logprobs=prompt_logprobs,
-            )
-        )
-    return out
 
 
 def finish_reason(event: FinishEvent) -> str:

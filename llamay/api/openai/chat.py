@@ -1,8 +1,7 @@
-"""POST /v1/chat/completions: the shared chat pipeline, in OpenAI's shapes."""
+"""POST /v1/chat/completions: parse -> the chat pipeline -> OpenAI's shapes."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -11,18 +10,35 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ...engine.client import EventStream, merge, submit_all
+from ...chat.defaults import sampling_defaults
+from ...chat.flow import Piece
+from ...chat.pipeline import Choice, Delta, Generation, RunSpec, chat_prompt, start
+from ...errors import LlamayError
 from ...runtime import Runtime
-from ...types import ErrorEvent, FinishEvent, TokenEvent, Usage
-from .. import jsonformat
-from ..chatflow import ChatOutput, ChatSetup, Piece, prepare_chat
+from ..errors import openai_error_body
 from ..http import json_response, read_json, sse_frame, sse_response, until_disconnect
-from ..ollama.common import sampling_defaults
+from ..sessions import held_context
 from . import adapter
-from .common import check_plan, collect, session_tokens
-from .schemas import ChatRequest, parse_chat, with_defaults
+from .schemas import ChatRequest, Common, parse_chat, with_defaults
 
-__all__ = ["chat_completions"]
+__all__ = ["chat_completions", "run_spec"]
+
+
+def run_spec(
+    common: Common, runtime: Runtime, *, keep_tokens: bool, prompt_logprobs: int | None = None
+) -> RunSpec:
+    """The pipeline's RunSpec for an OpenAI request's common fields."""
+    return RunSpec(
+        sampling=common.sampling,
+        max_tokens=common.max_tokens,
+        stop=common.stop,
+        n=common.n,
+        repetition=common.repetition,
+        cache_prompt=common.cache_prompt,
+        keep_tokens=keep_tokens,
+        prompt_logprobs=prompt_logprobs,
+        default_max=runtime.config.max_tokens,
+    )
 
 
 async def chat_completions(request: Request) -> Response:
@@ -30,50 +46,38 @@ async def chat_completions(request: Request) -> Response:
     req = parse_chat(await read_json(request))
     lm = await runtime.use(req.common.model)
     # The model's and the server's sampling defaults, under what the request set.
-    req = replace(
-        req, common=with_defaults(req.common, await asyncio.to_thread(sampling_defaults, runtime, lm))
-    )
+    req = replace(req, common=with_defaults(req.common, await sampling_defaults(runtime, lm)))
     req.common.sampling.validate(lm.model.n_vocab)  # logit_bias ids must be in this vocabulary
-    setup = prepare_chat(lm, req.options)
-    await check_plan(lm, setup.plan)
-    async with session_tokens(request, lm, req.common, setup.tokens, setup.text) as tokens:
-        streams = submit_all(
-            lm.engine,
-            adapter.requests_for(
-                tokens, req.common, lm.engine.n_ctx, setup.plan, default_max=runtime.config.max_tokens
-            ),
-        )
+    prompt = chat_prompt(lm, req.options)
+    spec = run_spec(req.common, runtime, keep_tokens=req.logprobs)
+    async with held_context(request, lm, req.common.session) as held:
+        gen = await start(lm, prompt, spec, held=held)
     rid = adapter.new_id("chatcmpl")
     if req.common.stream:
-        return sse_response(_frames(rid, lm.name, req, setup, streams))
-    choices = await until_disconnect(request, collect(streams, req.logprobs))
-    body = adapter.chat_response(rid, lm.name, choices)
-    for choice, (text, fin, _) in zip(body["choices"], choices, strict=True):
-        out = setup.output()
-        out.push(text)
-        out.finish()
-        _fill_message(choice, out, fin)
-        # A schema not enforced in full: say so, and whether the answer satisfies it.
-        choice.update(
-            await jsonformat.schema_check(req.common.grammar, out.content, complete=fin.reason == "stop")
-        )
+        return sse_response(_frames(rid, lm.name, req, gen))
+    choices = await until_disconnect(request, gen.collect())
+    body = adapter.chat_response(rid, lm.name, [(c.text, c.finish, c.tokens) for c in choices])
+    for out, choice in zip(body["choices"], choices, strict=True):
+        _fill_message(out, choice)
     return json_response(body)
 
 
-def _fill_message(choice: dict[str, Any], out: ChatOutput, fin: FinishEvent) -> None:
-    message: dict[str, Any] = {"role": "assistant", "content": out.content}
-    if out.reasoning:
-        message["reasoning_content"] = out.reasoning
-    calls = out.calls
-    if calls:
-        message["content"] = out.content or None
+def _fill_message(out: dict[str, Any], choice: Choice) -> None:
+    message: dict[str, Any] = {"role": "assistant", "content": choice.content}
+    if choice.reasoning:
+        message["reasoning_content"] = choice.reasoning
+    if choice.calls:
+        message["content"] = choice.content or None
         message["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in calls
+            for c in choice.calls
         ]
-        if fin.reason == "stop":
-            choice["finish_reason"] = "tool_calls"
-    choice["message"] = message
+        if choice.reason == "stop":
+            out["finish_reason"] = "tool_calls"
+    out["message"] = message
+    # A schema not enforced in full: say so, and whether the answer satisfies it.
+    if choice.check is not None:
+        out["schema_check"] = choice.check
 
 
 def _delta(piece: Piece) -> dict[str, Any]:
@@ -88,44 +92,44 @@ def _delta(piece: Piece) -> dict[str, Any]:
     return {"tool_calls": [{"index": piece.index, "function": {"arguments": piece.text}}]}
 
 
-async def _frames(
-    rid: str, model: str, req: ChatRequest, setup: ChatSetup, streams: list[EventStream]
-) -> AsyncIterator[bytes]:
+async def _frames(rid: str, model: str, req: ChatRequest, gen: Generation) -> AsyncIterator[bytes]:
     created = int(time.time())
     usage_on = req.common.include_usage
-    usages: list[Usage] = []
-    outputs = [setup.output() for _ in streams]
+    usages = []
 
     def chunk(i: int, delta: dict[str, Any], **kw: Any) -> dict[str, Any]:
         return adapter.chat_chunk(rid, model, created, i, delta, with_usage_field=usage_on, **kw)
 
-    for i in range(len(streams)):
+    for i in range(len(gen.streams)):
         yield sse_frame(chunk(i, {"role": "assistant", "content": ""}))
-    async for i, ev in merge(streams):
-        if isinstance(ev, TokenEvent):
-            pieces = outputs[i].push(ev.text)
-            if req.logprobs:
-                said = "".join(p.text for p in pieces if p.kind == "content")
-                yield sse_frame(chunk(i, {"content": said}, logprobs=[adapter.chat_logprob_json(ev)]))
-                pieces = [p for p in pieces if p.kind != "content"]
-            for p in pieces:
-                yield sse_frame(chunk(i, _delta(p)))
-        elif isinstance(ev, FinishEvent):
-            for p in outputs[i].push(ev.text) + outputs[i].finish():
-                yield sse_frame(chunk(i, _delta(p)))
-            usages.append(ev.usage)
-            reason = adapter.finish_reason(ev)
-            if outputs[i].calls and ev.reason == "stop":
+    try:
+        async for step in gen:
+            if isinstance(step, Delta):
+                pieces = step.pieces
+                if req.logprobs and step.token is not None:
+                    said = "".join(p.text for p in pieces if p.kind == "content")
+                    lp = [adapter.chat_logprob_json(step.token)]
+                    yield sse_frame(chunk(step.index, {"content": said}, logprobs=lp))
+                    pieces = [p for p in pieces if p.kind != "content"]
+                for p in pieces:
+                    yield sse_frame(chunk(step.index, _delta(p)))
+                continue
+            c = step.choice
+            for p in step.pieces:
+                yield sse_frame(chunk(c.index, _delta(p)))
+            usages.append(c.usage)
+            reason = adapter.finish_reason(c.finish)
+            if c.calls and c.reason == "stop":
                 reason = "tool_calls"
-            last = chunk(i, {}, finish=reason)
-            grammar = req.common.grammar
-            last["choices"][0].update(
-                await jsonformat.schema_check(grammar, outputs[i].content, complete=ev.reason == "stop")
-            )
+            last = chunk(c.index, {}, finish=reason)
+            if c.check is not None:
+                last["choices"][0]["schema_check"] = c.check
             yield sse_frame(last)
-        elif isinstance(ev, ErrorEvent):
-            yield sse_frame({"error": {"message": f"generation failed: {ev.error}", "type": "server_error"}})
-            return
+    except LlamayError as exc:
+        yield sse_frame(openai_error_body(exc))
+        return
+    finally:
+        gen.close()
     if usage_on:
         yield sse_frame(adapter.usage_chunk(rid, model, created, "chat.completion.chunk", usages))
     yield sse_frame("[DONE]")

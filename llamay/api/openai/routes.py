@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,27 +10,31 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ...engine.client import EventStream, merge, submit_all
+from ...chat.defaults import sampling_defaults
+from ...chat.pipeline import Delta, Generation, Prompt, start, start_batch
 from ...engine.request import ConstraintPlan
-from ...errors import EngineError, InvalidRequest
+from ...errors import EngineError, InvalidRequest, LlamayError
+from ...grammar import Grammar
 from ...runtime import LoadedModel, Runtime
 from ...types import FinishEvent, TokenEvent, Usage
-from .. import jsonformat
+from ..errors import openai_error_body
 from ..http import json_response, read_json, sse_frame, sse_response, until_disconnect
-from ..ollama.common import sampling_defaults
+from ..sessions import held_context
 from . import adapter
-from .chat import chat_completions
-from .common import Choice, check_plan, collect, session_tokens
+from .chat import chat_completions, run_spec
 from .schemas import Common, parse_completion, with_defaults
 
 __all__ = ["openai_routes"]
 
 
-def completion_prompt(lm: LoadedModel, prompt: str | list[int]) -> list[int]:
+def completion_prompt(lm: LoadedModel, prompt: str | list[int], grammar: Grammar | None) -> Prompt:
     if isinstance(prompt, list):
         lm.model.check_tokens(prompt)
-        return prompt
-    return lm.model.tokenize(prompt, add_special=True, parse_special=False)
+        tokens = prompt
+    else:
+        tokens = lm.model.tokenize(prompt, add_special=True, parse_special=False)
+    plan = ConstraintPlan(grammar, label="json") if grammar is not None else None
+    return Prompt(tokens, prompt if isinstance(prompt, str) else None, None, plan, grammar)
 
 
 async def completions(request: Request) -> Response:
@@ -45,92 +48,79 @@ async def completions(request: Request) -> Response:
     if score and common.session is not None:
         raise InvalidRequest("'echo' with 'logprobs' cannot score a 'llamay_session' prompt", param="echo")
     lm = await runtime.use(common.model)
-    common = with_defaults(common, await asyncio.to_thread(sampling_defaults, runtime, lm))
+    common = with_defaults(common, await sampling_defaults(runtime, lm))
     common.sampling.validate(lm.model.n_vocab)  # logit_bias ids must be in this vocabulary
     if len(req.prompts) > 1 and (common.stream or common.session is not None):
         raise InvalidRequest("streaming and 'llamay_session' take one prompt per request", param="prompt")
-    prompts = [completion_prompt(lm, p) for p in req.prompts]
-    await check_plan(lm, ConstraintPlan(common.grammar) if common.grammar is not None else None)
-    text = req.prompts[0] if isinstance(req.prompts[0], str) else None
-    n_ctx, default_max = lm.engine.n_ctx, runtime.config.max_tokens
-    # Every prompt is submitted at once, so they share decode steps; inside the `with`, so
-    # that a session is reserved and released in one place.
-    async with session_tokens(request, lm, common, prompts[0], text) as first:
-        prompts[0] = first
-        engine_requests = [
-            r
-            for tokens in prompts
-            for r in adapter.requests_for(
-                tokens,
-                common,
-                n_ctx,
-                default_max=default_max,
-                prompt_logprobs=req.logprobs if score else None,
-            )
-        ]
-        cap = lm.engine.config.max_queue
-        if len(engine_requests) > cap:  # a full queue would be a 503 that no retry could cure
-            raise InvalidRequest(f"at most {cap} prompts times 'n' fit in one request", param="prompt")
-        streams = submit_all(lm.engine, engine_requests)
-    rid = adapter.new_id("cmpl")
+    prompts = [completion_prompt(lm, p, common.grammar) for p in req.prompts]
     want_lp = req.logprobs is not None
+    spec = run_spec(common, runtime, keep_tokens=want_lp, prompt_logprobs=req.logprobs if score else None)
+    async with held_context(request, lm, common.session) as held:
+        if held is not None:
+            gen = await start(lm, prompts[0], spec, held=held)
+        else:  # every prompt at once, so they share decode steps
+            gen = await start_batch(lm, prompts, spec)
+    rid = adapter.new_id("cmpl")
     if common.stream:
-        echoed = lm.model.detokenize(prompts[0]) if req.echo else ""
-        return sse_response(_completion_frames(rid, lm.name, common, streams, echoed, want_lp))
-    got = await until_disconnect(request, collect(streams, want_lp))
-    choices: list[Choice] = []
+        echoed = lm.model.detokenize(gen.prompt.tokens) if req.echo else ""
+        return sse_response(_completion_frames(rid, lm.name, common, gen, echoed, want_lp))
+    got = await until_disconnect(request, gen.collect())
+    choices: list[tuple[str, FinishEvent, list[TokenEvent] | None]] = []
     echoes: list[adapter.Echo] = []
-    for i, (out, fin, evs) in enumerate(got):
-        tokens = prompts[i // common.n]
-        if score and fin.prompt_logprobs is None:
+    for c in got:
+        tokens = gen.prompts[c.index // common.n].tokens
+        if score and c.finish.prompt_logprobs is None:
             raise EngineError("the prompt could not be scored (the KV cache is full?)")
         echo = adapter.Echo(
             lm.model.detokenize(tokens) if req.echo else "",
             lm.model.piece(tokens[0]) if score else b"",
-            fin.prompt_logprobs if score else None,
+            c.finish.prompt_logprobs if score else None,
         )
-        choices.append((echo.text + out, fin, evs))
+        choices.append((echo.text + c.text, c.finish, c.tokens))
         echoes.append(echo)
     body = adapter.completion_response(rid, lm.name, choices, echoes, common.n)
-    for choice, (out, fin, _) in zip(body["choices"], got, strict=True):
-        choice.update(await jsonformat.schema_check(common.grammar, out, complete=fin.reason == "stop"))
+    for out, c in zip(body["choices"], got, strict=True):
+        if c.check is not None:
+            out["schema_check"] = c.check
     return json_response(body)
 
 
 async def _completion_frames(
-    rid: str, model: str, common: Common, streams: list[EventStream], echo: str, want_lp: bool
+    rid: str, model: str, common: Common, gen: Generation, echo: str, want_lp: bool
 ) -> AsyncIterator[bytes]:
     created = int(time.time())
     usage_on = common.include_usage
     usages: list[Usage] = []
-    texts = [""] * len(streams)
     if echo:
-        for i in range(len(streams)):
+        for i in range(len(gen.streams)):
             yield sse_frame(adapter.completion_chunk(rid, model, created, i, echo, with_usage_field=usage_on))
-    async for i, ev in merge(streams):
-        if isinstance(ev, TokenEvent):
-            texts[i] += ev.text
-            if not ev.text and not want_lp:
-                continue
-            lp = adapter.completion_logprobs_json([ev], 0) if want_lp else None
-            yield sse_frame(
-                adapter.completion_chunk(
-                    rid, model, created, i, ev.text, logprobs=lp, with_usage_field=usage_on
+    try:
+        async for step in gen:
+            if isinstance(step, Delta):
+                text = "".join(p.text for p in step.pieces)
+                if not text and not want_lp:
+                    continue
+                lp = adapter.completion_logprobs_json([step.token], 0) if want_lp and step.token else None
+                yield sse_frame(
+                    adapter.completion_chunk(
+                        rid, model, created, step.index, text, logprobs=lp, with_usage_field=usage_on
+                    )
                 )
-            )
-        elif isinstance(ev, FinishEvent):
-            usages.append(ev.usage)
-            texts[i] += ev.text
+                continue
+            c = step.choice
+            usages.append(c.usage)
             last = adapter.completion_chunk(
-                rid, model, created, i, ev.text, finish=adapter.finish_reason(ev), with_usage_field=usage_on
-            )
-            last["choices"][0].update(
-                await jsonformat.schema_check(common.grammar, texts[i], complete=ev.reason == "stop")
-            )
+                rid, model, created, c.index, "".join(p.text for p in step.pieces),
+                finish=adapter.finish_reason(c.finish), with_usage_field=usage_on,
+            )  # fmt: skip
+            if c.check is not None:
+                last["choices"][0]["schema_check"] = c.check
             yield sse_frame(last)
-        else:
-            yield sse_frame({"error": {"message": f"generation failed: {ev.error}", "type": "server_error"}})
-            return
+    except LlamayError as exc:
+        yield sse_frame(openai_error_body(exc))
+        return
+    finally:
+        gen.close()
     if usage_on:
         yield sse_frame(adapter.usage_chunk(rid, model, created, "text_completion", usages))
     yield sse_frame("[DONE]")
@@ -139,7 +129,7 @@ async def _completion_frames(
 async def list_models(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     models = runtime.models()
-    sampling = await asyncio.to_thread(lambda: [sampling_defaults(runtime, m) for m in models])
+    sampling = [await sampling_defaults(runtime, m) for m in models]
     return json_response(
         {"object": "list", "data": [model_json(m, s) for m, s in zip(models, sampling, strict=True)]}
     )
@@ -148,7 +138,7 @@ async def list_models(request: Request) -> Response:
 async def get_model(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     m = runtime.get(request.path_params["model"])
-    return json_response(model_json(m, await asyncio.to_thread(sampling_defaults, runtime, m)))
+    return json_response(model_json(m, await sampling_defaults(runtime, m)))
 
 
 def model_json(m: LoadedModel, sampling: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -7,12 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ...chat.flow import ChatOptions
 from ...chat.tools import parse_tool_choice, parse_tools
 from ...engine.repetition import RepetitionParams
 from ...errors import InvalidRequest
 from ...grammar import Grammar
 from ...types import DRY_BREAKERS, MAX_BREAKERS, SamplingParams
-from ..chatflow import ChatOptions
 from ..fields import Fields
 from ..jsonformat import json_object, json_style, schema_grammar
 
@@ -125,9 +125,13 @@ def llama_sampling(f: Fields) -> dict[str, Any]:
         value = f.raw(key)
         if value is not None and (value != off or isinstance(value, bool) != isinstance(off, bool)):
             name = f.name(key)
-            raise InvalidRequest(f"'{name}' is not supported by this server (only {json.dumps(off)}, off)", param=name)
+            raise InvalidRequest(
+                f"'{name}' is not supported by this server (only {json.dumps(off)}, off)", param=name
+            )
     if f.raw("samplers") is not None:
-        raise InvalidRequest(f"'{f.name('samplers')}': the sampler order is fixed here", param=f.name("samplers"))
+        raise InvalidRequest(
+            f"'{f.name('samplers')}': the sampler order is fixed here", param=f.name("samplers")
+        )
     out: dict[str, Any] = {}
     for key, (whole, lo, hi) in LLAMA_SAMPLING.items():
         value = f.integer(key, None, lo=int(lo), hi=int(hi)) if whole else f.number(key, None, lo=lo, hi=hi)

@@ -1,0 +1,337 @@
+"""The one chat pipeline: every front end (the OpenAI, Anthropic and Ollama routes,
+`llamay run`, contexts, the Python library) goes prompt -> `start` -> events or
+`collect`, and renders what comes out in its own shapes.
+
+`start` compiles the constraint for the model's vocabulary (a grammar the model cannot
+follow is a 400 before anything is queued), aligns a session's prompt with what its
+context holds, clamps `max_tokens` (`flow.output_limit`) and submits one engine request
+per choice, all or none. A `Generation` then yields typed steps (`Delta`, `Done`) or
+collects whole `Choice`s; an engine failure is raised as one error type (`LlamayError`).
+Nothing here knows an HTTP shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from ..engine.client import EventStream, merge, submit_all
+from ..engine.request import ConstraintPlan, GenerateRequest, SessionSpec
+from ..errors import Conflict, EngineError, InvalidRequest, LlamayError
+from ..grammar import Grammar
+from ..grammar.report import check
+from ..types import ErrorEvent, FinishEvent, SamplingParams, StopSpec, TokenEvent, Usage
+from .defaults import sampling_defaults
+from .flow import ChatOptions, ChatSetup, Piece, output_limit, prepare_chat
+from .tools import ToolCall
+
+if TYPE_CHECKING:
+    from ..runtime import LoadedModel
+
+__all__ = [
+    "Prompt",
+    "RunSpec",
+    "Held",
+    "Choice",
+    "Delta",
+    "Done",
+    "Generation",
+    "chat_prompt",
+    "text_prompt",
+    "start",
+    "start_batch",
+    "align_prompt",
+    "compile_plan",
+    "engine_failure",
+    "sampling_defaults",
+]
+
+
+@dataclass
+class Prompt:
+    """What to generate from: the tokens, their text (None when built from tokens), the
+    chat setup that splits the reply (None: plain text, all content), the constraint plan
+    and the caller's grammar (to check what the plan could not enforce)."""
+
+    tokens: list[int]
+    text: str | None = None
+    setup: ChatSetup | None = None
+    plan: ConstraintPlan | None = None
+    grammar: Grammar | None = None
+
+
+def chat_prompt(lm: LoadedModel, opts: ChatOptions, prefill: str = "") -> Prompt:
+    """Messages rendered through the model's template; `prefill` is text the reply continues."""
+    setup = prepare_chat(lm, opts)
+    if prefill:
+        setup.text += prefill
+        setup.tokens = lm.model.tokenize(setup.text, add_special=True, parse_special=True)
+    return Prompt(setup.tokens, setup.text, setup, setup.plan, opts.grammar)
+
+
+def text_prompt(
+    lm: LoadedModel, text: str, grammar: Grammar | None = None, *, prefix: list[int] | None = None
+) -> Prompt:
+    """Plain text, no template: special tokens written in it are parsed. After `prefix`
+    (tokens of an earlier turn) the text gets no BOS of its own."""
+    head = list(prefix or [])
+    tokens = head + lm.model.tokenize(text, add_special=not head, parse_special=True)
+    plan = ConstraintPlan(grammar, label="json") if grammar is not None else None
+    return Prompt(tokens, None if head else text, None, plan, grammar)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """How to generate, whatever API asked. `keep_tokens`: keep each choice's token
+    events (for log-probs). `prompt_logprobs`: score the prompt's own tokens with that many
+    alternatives. `default_max`: the limit for constrained output that sets none."""
+
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    n: int = 1
+    repetition: Any = None
+    cache_prompt: bool = True
+    keep_tokens: bool = False
+    prompt_logprobs: int | None = None
+    default_max: int = 2048
+
+
+@dataclass(frozen=True)
+class Held:
+    """A reserved server-held context: its id and the tokens it holds."""
+
+    context_id: str
+    tokens: list[int]
+
+
+@dataclass
+class Choice:
+    """One finished choice: the raw `text`, split into `content`, `reasoning` and tool
+    `calls`; its finish event; its token events when kept; and `check`, the report on a
+    schema the constraint could not enforce in full (None otherwise)."""
+
+    index: int
+    text: str
+    content: str
+    reasoning: str
+    calls: list[ToolCall]
+    finish: FinishEvent
+    tokens: list[TokenEvent] | None = None
+    check: dict[str, Any] | None = None
+
+    @property
+    def reason(self) -> str:
+        return self.finish.reason
+
+    @property
+    def usage(self) -> Usage:
+        return self.finish.usage
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What one token made visible in choice `index` (`pieces` may be empty while text is
+    held back); `token` is the engine's event, for log-probs."""
+
+    index: int
+    pieces: list[Piece]
+    token: TokenEvent | None = None
+
+
+@dataclass(frozen=True)
+class Done:
+    """Choice `choice.index` ended; `pieces` are what its end released."""
+
+    choice: Choice
+    pieces: list[Piece]
+
+
+class _Split:
+    """One choice's text so far, split as it streams (all content for a plain prompt)."""
+
+    def __init__(self, setup: ChatSetup | None) -> None:
+        self.out = setup.output() if setup is not None else None
+        self.text = ""
+        self.plain = ""
+
+    def push(self, text: str) -> list[Piece]:
+        self.text += text
+        if self.out is None:
+            self.plain += text
+            return [Piece("content", text)] if text else []
+        return self.out.push(text)
+
+    def finish(self) -> list[Piece]:
+        return self.out.finish() if self.out is not None else []
+
+    def content(self) -> str:
+        return self.out.content if self.out is not None else self.plain
+
+
+class Generation:
+    """The choices of submitted prompts (`n` each). Iterate for `Delta`/`Done` steps in arrival
+    order, or `collect()`; each choice's engine request is aborted when the iteration
+    ends early or `close()` is called. An engine failure raises LlamayError."""
+
+    def __init__(self, prompts: list[Prompt], spec: RunSpec, streams: list[EventStream]) -> None:
+        self.prompts = prompts
+        self.spec = spec
+        self.streams = streams
+        # Choice i is choice i % n of prompt i // n.
+        self._splits = [_Split(prompts[i // spec.n].setup) for i in range(len(streams))]
+        self._kept: list[list[TokenEvent]] = [[] for _ in streams]
+
+    @property
+    def prompt(self) -> Prompt:
+        """The (first) prompt, as submitted (a session's prompt aligned with its context)."""
+        return self.prompts[0]
+
+    def __aiter__(self) -> AsyncIterator[Delta | Done]:
+        return self._steps()
+
+    async def _steps(self) -> AsyncIterator[Delta | Done]:
+        # A consumer that stops early closes this generator only when it is collected;
+        # consumers call close() in a finally, so the engine frees the KV at once.
+        async for i, ev in merge(self.streams):
+            split = self._splits[i]
+            if isinstance(ev, TokenEvent):
+                if self.spec.keep_tokens:
+                    self._kept[i].append(ev)
+                yield Delta(i, split.push(ev.text), ev)
+            elif isinstance(ev, FinishEvent):
+                pieces = split.push(ev.text) + split.finish()
+                yield Done(await self._choice(i, ev), pieces)
+            elif isinstance(ev, ErrorEvent):
+                raise engine_failure(ev.error)
+
+    async def collect(self) -> list[Choice]:
+        """Run every choice to its end, in index order."""
+        done: dict[int, Choice] = {}
+        try:
+            async for step in self:
+                if isinstance(step, Done):
+                    done[step.choice.index] = step.choice
+        finally:
+            self.close()
+        if len(done) != len(self.streams):  # pragma: no cover - merge ends after every finish
+            raise EngineError("generation ended without a finish event")
+        return [done[i] for i in range(len(self.streams))]
+
+    def calls(self, index: int) -> list[ToolCall]:
+        """The tool calls choice `index` has made so far (whole ones, and one in progress)."""
+        out = self._splits[index].out
+        return out.calls if out is not None else []
+
+    def close(self) -> None:
+        for s in self.streams:
+            s.close()
+
+    async def _choice(self, i: int, fin: FinishEvent) -> Choice:
+        split = self._splits[i]
+        out = split.out
+        content = split.content()
+        grammar = self.prompts[i // self.spec.n].grammar
+        report = None
+        if grammar is not None and grammar.schema is not None and grammar.unenforced:
+            report = await asyncio.to_thread(check, grammar, content, complete=fin.reason == "stop")
+        return Choice(
+            index=i,
+            text=split.text,
+            content=content,
+            reasoning=out.reasoning if out is not None else "",
+            calls=out.calls if out is not None else [],
+            finish=fin,
+            tokens=self._kept[i] if self.spec.keep_tokens else None,
+            check=report,
+        )
+
+
+def engine_failure(error: Exception) -> LlamayError:
+    """An engine error event as the pipeline's one error type."""
+    return error if isinstance(error, LlamayError) else EngineError(f"generation failed: {error}")
+
+
+async def compile_plan(lm: LoadedModel, plan: ConstraintPlan | None) -> None:
+    """Compile a plan's grammar for this model's vocabulary before anything is queued, so
+    a grammar llguidance refuses is a 400, not a failed generation. Off the event loop:
+    the first compile also builds the model's llguidance tokenizer."""
+    if plan is not None and plan.grammar is not None:
+        grammar, model = plan.grammar, lm.model
+        await asyncio.to_thread(lambda: model.compile_cache.get(grammar))
+
+
+async def start(lm: LoadedModel, prompt: Prompt, spec: RunSpec, *, held: Held | None = None) -> Generation:
+    """Submit `spec.n` choices of `prompt` to the model's engine, all or none. With
+    `held`, the prompt must start with what that reserved context holds (409 if it
+    diverges) and the context holds prompt + reply afterwards."""
+    if held is not None:
+        prompt = replace(prompt, tokens=align_prompt(lm, held.tokens, prompt.tokens, prompt.text))
+    return await start_batch(lm, [prompt], spec, held=held)
+
+
+async def start_batch(
+    lm: LoadedModel, prompts: list[Prompt], spec: RunSpec, *, held: Held | None = None
+) -> Generation:
+    """Submit `spec.n` choices of every prompt at once (they share decode steps), all or
+    none; more than the engine's queue holds is a 400, since no retry could cure it."""
+    for prompt in prompts:
+        await compile_plan(lm, prompt.plan)
+    requests = [r for p in prompts for r in requests_for(lm, p.tokens, p.plan, spec, held)]
+    cap = lm.engine.config.max_queue
+    if len(requests) > cap:
+        raise InvalidRequest(f"at most {cap} prompts times 'n' fit in one request", param="prompt")
+    return Generation(prompts, spec, submit_all(lm.engine, requests))
+
+
+def requests_for(
+    lm: LoadedModel, tokens: list[int], plan: ConstraintPlan | None, spec: RunSpec, held: Held | None = None
+) -> list[GenerateRequest]:
+    """One engine request per choice. With a seed, choice i uses seed + i so that n > 1
+    gives different texts that are still reproducible."""
+    n_ctx = lm.engine.n_ctx
+    max_tokens = output_limit(plan, spec.max_tokens, spec.default_max, n_ctx - len(tokens))
+    stop = StopSpec(max_tokens=max_tokens, stop=spec.stop)
+    session = SessionSpec(context_id=held.context_id) if held is not None else None
+    out = []
+    for i in range(spec.n):
+        sampling = spec.sampling
+        if sampling.seed is not None and i:
+            sampling = replace(sampling, seed=sampling.seed + i)
+        out.append(
+            GenerateRequest(
+                tokens=list(tokens),
+                sampling=sampling,
+                stop=stop,
+                constraint=plan,
+                session=session,
+                repetition=spec.repetition,
+                cache=spec.cache_prompt,
+                prompt_logprobs=spec.prompt_logprobs,
+            )
+        )
+    return out
+
+
+def align_prompt(lm: LoadedModel, held: list[int], tokens: list[int], text: str | None) -> list[int]:
+    """The prompt as tokens that start with exactly `held`. A prompt whose text starts with
+    the held text but tokenizes differently at the seam keeps the held tokens and
+    tokenizes only the rest; a prompt that really differs is a 409 saying where."""
+    if tokens[: len(held)] == held and len(tokens) > len(held):
+        return tokens
+    if text is not None:
+        held_text = lm.model.detokenize(held)
+        if text.startswith(held_text) and len(text) > len(held_text):
+            return held + lm.model.tokenize(text[len(held_text) :], add_special=False, parse_special=True)
+    at = next(
+        (i for i, (a, b) in enumerate(zip(held, tokens, strict=False)) if a != b), min(len(held), len(tokens))
+    )
+    if at >= len(held):
+        raise InvalidRequest("the prompt adds nothing to what the context holds", param="llamay_session")
+    shown = lm.model.detokenize(held[max(0, at - 8) : at + 8])
+    raise Conflict(
+        f"the prompt diverges from the context at token {at} of {len(held)} (near {shown!r}); "
+        "a session's prompt must start with exactly what the context holds"
+    )
