@@ -72,12 +72,17 @@ def chat_prompt(lm: LoadedModel, opts: ChatOptions, prefill: str = "") -> Prompt
 
 
 def text_prompt(
-    lm: LoadedModel, text: str, grammar: Grammar | None = None, *, prefix: list[int] | None = None
+    lm: LoadedModel,
+    text: str,
+    grammar: Grammar | None = None,
+    *,
+    prefix: list[int] | None = None,
+    special: bool = True,
 ) -> Prompt:
-    """Plain text, no template: special tokens written in it are parsed. After `prefix`
-    (tokens of an earlier turn) the text gets no BOS of its own."""
+    """Plain text, no template: special tokens written in it are parsed unless `special`
+    is False. After `prefix` (tokens of an earlier turn) the text gets no BOS of its own."""
     head = list(prefix or [])
-    tokens = head + lm.model.tokenize(text, add_special=not head, parse_special=True)
+    tokens = head + lm.model.tokenize(text, add_special=not head, parse_special=special)
     plan = ConstraintPlan(grammar, label="json") if grammar is not None else None
     return Prompt(tokens, None if head else text, None, plan, grammar)
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..types import ErrorEvent, FinishEvent, SamplingParams, StopSpec, TokenEvent
+from ..types import FinishEvent, SamplingParams
 from .common import fail, flag, resolve_model
 
 __all__ = ["add_parser", "stats_line"]
@@ -93,8 +95,6 @@ def grammar_of(args: argparse.Namespace) -> tuple[str, Any] | None:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from ..engine.client import iter_events
-    from ..engine.request import ConstraintPlan, GenerateRequest
     from ..runtime import RuntimeConfig, load_model
 
     try:
@@ -104,32 +104,40 @@ def run_run(args: argparse.Namespace) -> int:
     except Exception as exc:
         return fail(exc)
     try:
-        if args.chat:
-            messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
-                {"role": "user", "content": args.prompt}
-            ]
-            text = loaded.template.render(messages, add_generation_prompt=True)
-            text = loaded.template.strip_bos_eos(text, add_bos=loaded.model.add_bos)
-            tokens = loaded.model.tokenize(text, parse_special=True)
-        else:
-            tokens = loaded.model.tokenize(args.prompt, parse_special=False)
-        sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-        plan = ConstraintPlan(constrained[1], label=constrained[0]) if constrained else None
-        if plan is not None:
-            _ = loaded.model.ll_tokenizer  # built once, outside the timed generation
-        request = GenerateRequest(tokens, sampling.validate(), StopSpec(max_tokens=args.n), plan)
-        for ev in iter_events(loaded.engine, request):
-            if isinstance(ev, TokenEvent):
-                sys.stdout.write(ev.text)
-                sys.stdout.flush()
-            elif isinstance(ev, FinishEvent):
-                sys.stdout.write(ev.text + "\n")
-                sys.stdout.flush()
-                print_stats(ev, plan)
-            elif isinstance(ev, ErrorEvent):
-                raise ev.error
+        asyncio.run(_generate(args, loaded, constrained))
     except Exception as exc:
         return fail(exc)
     finally:
         loaded.close()
     return 0
+
+
+async def _generate(args: argparse.Namespace, loaded: Any, constrained: tuple[str, Any] | None) -> None:
+    """One generation through the chat pipeline, printed as it streams."""
+    from ..chat.flow import ChatOptions
+    from ..chat.pipeline import Done, RunSpec, chat_prompt, start, text_prompt
+
+    grammar = constrained[1] if constrained else None
+    if args.chat:
+        messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
+            {"role": "user", "content": args.prompt}
+        ]
+        prompt = chat_prompt(loaded, ChatOptions(messages=messages, grammar=grammar))
+    else:
+        prompt = text_prompt(loaded, args.prompt, grammar, special=False)
+    if prompt.plan is not None:
+        prompt.plan = replace(prompt.plan, label=constrained[0] if constrained else "json")
+        _ = loaded.model.ll_tokenizer  # built once, outside the timed generation
+    sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    spec = RunSpec(sampling=sampling.validate(), max_tokens=args.n)
+    gen = await start(loaded, prompt, spec)
+    try:
+        async for step in gen:
+            sys.stdout.write("".join(p.text for p in step.pieces if p.kind in ("content", "reasoning")))
+            sys.stdout.flush()
+            if isinstance(step, Done):
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+                print_stats(step.choice.finish, prompt.plan)
+    finally:
+        gen.close()
