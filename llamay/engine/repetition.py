@@ -24,7 +24,8 @@ history and prompt, so greedy output stays deterministic whatever shares the bat
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from bisect import bisect_left
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,45 +77,68 @@ class NgramPenalty:
     ) -> None:
         self.params = params
         self.structural = structural
+        self._structural = np.asarray(structural, dtype=np.uint8).tobytes()  # indexed per token: fast
         g = self.SOURCE_GRAM
         src = source or []
         self._source = Counter(tuple(src[i : i + g]) for i in range(len(src) - g + 1))
         self.siblings: ArraySiblings | None = None
+        # Where each token occurs in the history, kept from call to call: the engine passes
+        # the same growing history every step, so only the new tokens are indexed.
+        self._history: list[int] = []
+        self._at: defaultdict[int, list[int]] = defaultdict(list)  # token -> positions, ascending
+        self._out: np.ndarray | None = None  # reused output buffer (see penalize)
 
     def penalties(self, history: list[int]) -> dict[int, float]:
         p = self.params
-        h = history[-p.window :]
-        n = len(h)
-        if n <= p.allowed_length:
+        a = p.allowed_length
+        end = len(history) - 1  # the last token's position
+        start = max(0, len(history) - p.window)
+        if end - start < a:
             return {}
-        last = h[-1]
+        occurrences = self._index(history, start)[history[end]]
+        structural = self._structural
         found: dict[int, tuple[int, int]] = {}  # continuation -> (longest match, copies so far)
-        arr = np.asarray(h[:-1])
-        structural = self.structural
-        for pos in np.flatnonzero(arr == last).tolist():
-            j = pos
-            nxt = h[j + 1]
+        # Only an earlier occurrence at j with start + a - 1 <= j < end + 1 - a can match
+        # `a` tokens back without reaching the window's start or its own continuation.
+        for j in occurrences[bisect_left(occurrences, start + a - 1) :]:
+            if j > end - a:
+                break
+            nxt = history[j + 1]
             if structural[nxt]:  # punctuation may repeat: no need to measure the match
                 continue
-            length = 0
-            while j - length >= 0 and h[j - length] == h[n - 1 - length] and length < n - 1 - j:
+            length = 1  # history[j] is the last token
+            while j - length >= start and history[j - length] == history[end - length] and length < end - j:
                 length += 1
-            if length >= p.allowed_length:
+            if length >= a:
                 best, copies = found.get(nxt, (0, 0))
                 # A match of SOURCE_GRAM - 1 tokens continued by `nxt` is one earlier
                 # output of the gram that continuing would write again.
                 found[nxt] = (max(best, length), copies + (length >= self.SOURCE_GRAM - 1))
         out: dict[int, float] = {}
+        g = self.SOURCE_GRAM
         for nxt, (length, copies) in found.items():
-            if not self._copying(h, nxt, copies):
+            # Continuing with `nxt` copies the prompt, and the output has not yet copied
+            # that run as often as the prompt holds it (the first copy is free, the Nth not).
+            copying = end - start + 1 >= g - 1 and copies < self._source.get((*history[end - g + 2 :], nxt), 0)
+            if not copying:
                 out[nxt] = p.multiplier * p.base ** (length - p.allowed_length)
         return out
 
-    def _copying(self, h: list[int], nxt: int, copies: int) -> bool:
-        """Continuing with `nxt` copies the prompt, and the output has not yet copied that
-        run as often as the prompt holds it (the first copy is free, the Nth is not)."""
-        g = self.SOURCE_GRAM
-        return len(h) >= g - 1 and copies < self._source.get((*h[len(h) - g + 1 :], nxt), 0)
+    def _index(self, history: list[int], start: int) -> defaultdict[int, list[int]]:
+        """Token -> its positions in `history` (ascending), complete from `start` on."""
+        seen, known, at = len(self._history), self._history, self._at
+        w = self.params.window
+        # Extending the last history (checked on its window, in C): index the new tokens.
+        if len(history) >= seen and history[max(0, seen - w) : seen] == known[max(0, seen - w) :]:
+            first = seen
+            known.extend(history[seen:])
+        else:
+            first = start
+            at = self._at = defaultdict(list)
+            self._history = list(history)
+        for i in range(first, len(history)):
+            at[history[i]].append(i)
+        return at
 
     def penalize(
         self,
@@ -129,8 +153,12 @@ class NgramPenalty:
         would cost more than the rest of the penalty), needed with `pieces`. The first
         such call starts the JSON scan: `history` so far is text before the constraint
         began, skipped, and `prefix` is the constrained text it already holds (a trigger
-        that is itself the start of the JSON)."""
+        that is itself the start of the JSON).
+
+        The result is `logits` itself when nothing is penalised, else a buffer this
+        penalty reuses: valid until its next call."""
         pens = self.penalties(history)
+        pushed = _NO_IDS
         if pieces is not None and allowed is not None:
             if self.siblings is None:
                 self.siblings = ArraySiblings(pieces, start=len(history), prefix=prefix)
@@ -138,13 +166,32 @@ class NgramPenalty:
             siblings.advance(history)
             if pens:
                 siblings.note_echo(logits, pens, allowed)
-            pens = siblings.penalties(pens, allowed)
-        if not pens:
+            pushed = siblings.pushed(allowed)
+        if not pens and not len(pushed):
             return logits
-        out = np.array(logits, dtype=np.float32, copy=True)
-        ids = np.fromiter(pens.keys(), dtype=np.int64)
-        out[ids] -= np.fromiter(pens.values(), dtype=np.float32)
+        out = self._buffer(logits)
+        if len(pushed):
+            if pens:  # summed first, as one penalty: a token in both gets one rounding
+                for tok in pushed.tolist():
+                    pens[tok] = pens.get(tok, 0.0) + SIBLING_PENALTY
+            else:
+                out[pushed] -= np.float32(SIBLING_PENALTY)
+        if pens:
+            ids = np.fromiter(pens.keys(), dtype=np.int64, count=len(pens))
+            out[ids] -= np.fromiter(pens.values(), dtype=np.float32, count=len(pens))
         return out
+
+    def _buffer(self, logits: np.ndarray) -> np.ndarray:
+        """A float32 copy of `logits` in a buffer kept across calls: a fresh vocabulary-sized
+        array every step costs page faults, which are slow in VMs."""
+        out = self._out
+        if out is None or out.shape != logits.shape:
+            out = self._out = np.empty(logits.shape, dtype=np.float32)
+        np.copyto(out, logits, casting="unsafe")
+        return out
+
+
+_NO_IDS = np.empty(0, dtype=np.int64)
 
 
 class PackedMask:
@@ -266,7 +313,7 @@ class _Vocab:
     def __init__(self, pieces: list[bytes]) -> None:
         self.pieces = pieces  # held so that id(pieces) stays unique while cached
         self.commas = np.flatnonzero(np.array([b"," in p for p in pieces], dtype=bool))
-        self.openers: dict[tuple[object, ...], np.ndarray] = {}
+        self.openers: dict[tuple[object, ...], _Openers] = {}
         self.lock = threading.Lock()
 
 
@@ -332,16 +379,25 @@ class ArraySiblings:
         return depth if depth is not None and self.scan.stack[depth][1] else None
 
     def penalties(self, pens: dict[int, float], allowed: np.ndarray | PackedMask) -> dict[int, float]:
-        depth = self.spent_depth()
-        if depth is None:
+        pushed = self.pushed(allowed)
+        if not len(pushed):
             return pens
         out = dict(pens)
-        ids = self._openers(depth)
-        for tok in ids[_allowed_at(allowed, ids)].tolist():
+        for tok in pushed.tolist():
             out[tok] = out.get(tok, 0.0) + SIBLING_PENALTY
         return out
 
-    def _openers(self, depth: int) -> np.ndarray:
+    def pushed(self, allowed: np.ndarray | PackedMask) -> np.ndarray:
+        """The allowed tokens that `penalties` pushes down by SIBLING_PENALTY (ascending)."""
+        depth = self.spent_depth()
+        if depth is None:
+            return _NO_IDS
+        openers = self._openers(depth)
+        if not len(openers.ids):
+            return _NO_IDS
+        return openers.ids[openers.allowed(allowed)]
+
+    def _openers(self, depth: int) -> _Openers:
         """Tokens that would put a `,` directly into the array at `depth` from the scan's
         state. Whether one does depends only on the state from that array up (the kinds
         and key flags of the containers above it, and the string flags), which repeats
@@ -353,10 +409,25 @@ class ArraySiblings:
             hit = vocab.openers.get(key)
         if hit is None:
             top = _Scan([list(f) for f in scan.stack[depth:]], scan.in_string, scan.escaped, scan.key)
-            hit = np.array(
-                [t for t in vocab.commas.tolist() if top.copy().feed(self.pieces[t], watch=0)], dtype=np.int64
-            )
+            ids = [t for t in vocab.commas.tolist() if top.copy().feed(self.pieces[t], watch=0)]
+            hit = _Openers(np.array(ids, dtype=np.int64))
             with vocab.lock:
                 if len(vocab.openers) < vocab.MAX_STATES:
                     vocab.openers[key] = hit
         return hit
+
+
+class _Openers:
+    """Token ids (ascending) with their packed-mask word and bit, so that which of them
+    a mask allows is three array operations."""
+
+    def __init__(self, ids: np.ndarray) -> None:
+        self.ids = ids
+        self.words = ids >> 5
+        self.shifts = (ids & 31).astype(np.uint32)
+
+    def allowed(self, allowed: np.ndarray | PackedMask) -> np.ndarray:
+        """One bool per id: the grammar allows it."""
+        if not isinstance(allowed, PackedMask) or not len(self.ids) or self.ids[-1] >= allowed.n:
+            return _allowed_at(allowed, self.ids)
+        return ((allowed.words[self.words] >> self.shifts) & 1).astype(bool)

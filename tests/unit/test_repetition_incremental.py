@@ -1,0 +1,134 @@
+"""The n-gram penalty's incremental bookkeeping (the token index kept across calls, the
+reused output buffer, the packed-mask fast path) gives exactly what a from-scratch
+search gives."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from llamay.engine.repetition import (
+    SIBLING_PENALTY,
+    ArraySiblings,
+    NgramPenalty,
+    PackedMask,
+    RepetitionParams,
+    structural_tokens,
+)
+
+PIECES = [b"a", b"b", b"c", b"d", b"e", b'",', b" ", b"x", b"[", b'"', b"]"]
+STRUCT = structural_tokens(PIECES)
+
+
+def reference(params: RepetitionParams, history: list[int], source: list[int]) -> dict[int, float]:
+    """The penalty's definition, searched from scratch: every earlier occurrence of the
+    last token in the window, its match measured token by token."""
+    g = NgramPenalty.SOURCE_GRAM
+    grams = Counter(tuple(source[i : i + g]) for i in range(len(source) - g + 1))
+    h = history[-params.window :]
+    n = len(h)
+    if n <= params.allowed_length:
+        return {}
+    found: dict[int, tuple[int, int]] = {}
+    for j in range(n - 1):
+        if h[j] != h[-1] or STRUCT[h[j + 1]]:
+            continue
+        length = 0
+        while j - length >= 0 and h[j - length] == h[n - 1 - length] and length < n - 1 - j:
+            length += 1
+        if length >= params.allowed_length:
+            best, copies = found.get(h[j + 1], (0, 0))
+            found[h[j + 1]] = (max(best, length), copies + (length >= g - 1))
+    out = {}
+    for nxt, (length, copies) in found.items():
+        copying = n >= g - 1 and copies < grams.get((*h[n - g + 1 :], nxt), 0)
+        if not copying:
+            out[nxt] = params.multiplier * params.base ** (length - params.allowed_length)
+    return out
+
+
+@pytest.mark.parametrize("allowed_length", [1, 2, 3])
+@pytest.mark.parametrize("window", [8, 40])
+def test_a_growing_history_is_penalised_as_if_searched_from_scratch(allowed_length: int, window: int) -> None:
+    rng = random.Random(allowed_length * 100 + window)
+    params = RepetitionParams(multiplier=1.0, base=2.0, allowed_length=allowed_length, window=window)
+    for _ in range(20):
+        source = [rng.randrange(len(PIECES)) for _ in range(30)]
+        pen = NgramPenalty(params, STRUCT, source)
+        history: list[int] = []
+        for _ in range(120):
+            # Few distinct tokens, so that echoes of every length occur.
+            history.append(
+                rng.choice([0, 1, 2, 0, 1, 5, 6]) if rng.random() < 0.8 else rng.randrange(len(PIECES))
+            )
+            assert pen.penalties(list(history)) == reference(params, history, source)
+
+
+def test_a_history_that_does_not_extend_the_last_one_is_searched_anew() -> None:
+    params = RepetitionParams(multiplier=1.0, base=2.0)
+    pen = NgramPenalty(params, STRUCT)
+    assert pen.penalties([0, 1, 2, 3, 0, 1]) == {2: 1.0}
+    # Same length, then longer, then shorter, each differing from the last before its end.
+    for history in (
+        [0, 1, 3, 2, 0, 1],
+        [4, 1, 3, 2, 0, 1, 3, 4, 0, 1],
+        [2, 3, 4, 2, 3],
+        [0, 1, 2, 3, 0, 1, 2],
+    ):
+        assert pen.penalties(history) == reference(params, history, [])
+    assert pen.penalties([2, 3, 4, 2, 3]) == {4: 1.0}
+
+
+def test_penalize_returns_its_input_untouched_when_nothing_is_penalised() -> None:
+    logits = np.arange(len(PIECES), dtype=np.float32)
+    pen = NgramPenalty(RepetitionParams(), STRUCT)
+    assert pen.penalize(logits, [0, 1, 2, 3]) is logits
+
+
+def test_the_reused_buffer_holds_each_step_s_own_penalties() -> None:
+    pen = NgramPenalty(RepetitionParams(multiplier=1.0, base=2.0), STRUCT)
+    logits = np.zeros(len(PIECES), dtype=np.float32)
+    first = pen.penalize(logits, [0, 1, 2, 3, 0, 1]).copy()
+    second = pen.penalize(logits, [0, 1, 2, 3, 0, 1, 2])
+    assert first[2] == -1.0 and first[3] == 0.0
+    assert second[2] == 0.0 and second[3] == -2.0  # nothing of the last step left behind
+    assert not logits.any()
+
+
+def packed(allowed: np.ndarray) -> PackedMask:
+    words = np.packbits(allowed, bitorder="little")
+    words = np.concatenate((words, np.zeros(-len(words) % 4, dtype=np.uint8))).view(np.uint32)
+    return PackedMask(words, len(allowed))
+
+
+def test_a_packed_mask_pushes_down_the_same_siblings_as_a_bool_mask() -> None:
+    # "[" '"' a b '",' '"' a b : an echo of the first element, the array then spent.
+    history = [8, 9, 0, 1, 5, 9, 0]
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        allowed = rng.random(len(PIECES)) < 0.6
+        allowed[1] = True
+        results = []
+        for mask in (allowed, packed(allowed)):
+            sib = ArraySiblings(PIECES)
+            sib.advance(history)
+            sib.scan.stack[0][1] = True
+            results.append(sib.pushed(mask).tolist())
+        assert results[0] == results[1] == ([5] if allowed[5] else [])
+
+
+def test_a_token_both_echoed_and_pushed_takes_both_penalties_at_once() -> None:
+    params = RepetitionParams(multiplier=0.8, base=1.75, allowed_length=1)
+    pen = NgramPenalty(params, structural_tokens([b"a", b"b", b"c,", b"[", b'"']))
+    allowed = np.ones(5, dtype=bool)
+    pen.penalize(np.zeros(5, dtype=np.float32), [], [b"a", b"b", b"c,", b"[", b'"'], allowed)
+    history = [3, 4, 0, 2, 4, 0]  # [ "a c, "a : continuing with "c," echoes, and opens
+    assert pen.siblings is not None
+    pen.siblings.advance(history)
+    pen.siblings.scan.stack[0][1] = True
+    logits = np.full(5, 0.3, dtype=np.float32)
+    out = pen.penalize(logits, history, [b"a", b"b", b"c,", b"[", b'"'], allowed)
+    assert out[2] == np.float32(0.3) - np.float32(0.8 * 1.75 + SIBLING_PENALTY)
