@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..auth import LOCAL, KeyRing, Principal, bearer_token
 from ..errors import Forbidden, Unauthorized
-from .errors import openai_error_body
+from .errors import api_of, error_body
 
 __all__ = ["AuthMiddleware", "principal_of"]
 
@@ -74,11 +74,7 @@ async def _deny(send: Send, path: str, exc: Unauthorized | Forbidden) -> None:
 
 def _error_body(path: str, exc: Unauthorized | Forbidden) -> dict[str, Any]:
     """Each API's own error shape, so its official client reports the error properly."""
-    if path.startswith("/v1/messages"):
-        return {"type": "error", "error": {"type": exc.kind, "message": exc.message}}
-    if path.startswith("/api/"):
-        return {"error": exc.message}
-    return openai_error_body(exc)
+    return error_body(exc, api_of(path))
 
 
 def principal_of(request: Request) -> Principal:

@@ -1,9 +1,11 @@
-"""Error bodies: each API maps a LlamayError to its own shape in one place."""
+"""Errors in each API's own shape, from one place: `error_status`, `error_body` and
+`error_headers` map a LlamayError for "openai", "anthropic" or "ollama" (so each official
+client reports it properly); `api_of` tells which API a path belongs to."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -12,26 +14,80 @@ from starlette.responses import JSONResponse, Response
 from ..errors import LlamayError, Overloaded
 from .http import ClientGone
 
-__all__ = ["exception_handlers", "openai_error_body"]
+__all__ = [
+    "Api",
+    "api_of",
+    "error_status",
+    "error_body",
+    "error_headers",
+    "error_response",
+    "exception_handlers",
+    "openai_error_body",
+]
 
 log = logging.getLogger("llamay.api")
+Api = Literal["openai", "anthropic", "ollama"]
+# Anthropic's error types by status; a 5xx not listed is "api_error".
+_ANTHROPIC_KINDS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
 
 
-def openai_error_body(exc: LlamayError) -> dict[str, Any]:
+def api_of(path: str) -> Api:
+    """Which API's error shape a path answers in (everything else speaks OpenAI's)."""
+    if path.startswith("/v1/messages"):
+        return "anthropic"
+    if path.startswith("/api/"):
+        return "ollama"
+    return "openai"
+
+
+def error_status(exc: LlamayError, api: Api = "openai") -> int:
+    """The HTTP status: the error's own, except Anthropic's 529 for overloaded."""
+    return 529 if api == "anthropic" and isinstance(exc, Overloaded) else exc.status
+
+
+def error_body(exc: LlamayError, api: Api = "openai") -> dict[str, Any]:
+    if api == "anthropic":
+        status = error_status(exc, api)
+        kind = _ANTHROPIC_KINDS.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": exc.message}}
+    if api == "ollama":
+        return {"error": exc.message}
     return {"error": {"message": exc.message, "type": exc.kind, "param": exc.param, "code": exc.code}}
 
 
-def _headers(exc: LlamayError) -> dict[str, str] | None:
+def openai_error_body(exc: LlamayError) -> dict[str, Any]:
+    return error_body(exc, "openai")
+
+
+def error_headers(exc: LlamayError, api: Api = "openai") -> dict[str, str] | None:
     if isinstance(exc, Overloaded):
-        return {"Retry-After": str(exc.retry_after)}
+        return {"retry-after": str(exc.retry_after)}
     return None
+
+
+def error_response(
+    request: Request, exc: LlamayError, api: Api | None = None, extra: dict[str, Any] | None = None
+) -> JSONResponse:
+    """`exc` answered in the shape of `api` (by default, the API the path belongs to),
+    with `extra` fields merged into the body; server-side failures are logged."""
+    api = api or api_of(request.url.path)
+    if exc.status >= 500:
+        log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
+    body = {**error_body(exc, api), **(extra or {})}
+    return JSONResponse(body, error_status(exc, api), error_headers(exc, api))
 
 
 async def on_llamay_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, LlamayError)
-    if exc.status >= 500:
-        log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
-    return JSONResponse(openai_error_body(exc), status_code=exc.status, headers=_headers(exc))
+    return error_response(request, exc)
 
 
 async def on_http_error(request: Request, exc: Exception) -> Response:

@@ -8,6 +8,7 @@ import pytest
 
 from llamay.api.anthropic import adapter
 from llamay.api.anthropic.blocks import BlockAssembler, signature, tool_id
+from llamay.api.errors import error_body, error_headers, error_status
 from llamay.chat.flow import Piece
 from llamay.errors import (
     Conflict,
@@ -143,9 +144,9 @@ def test_ids_have_anthropic_prefixes() -> None:
     ],
 )
 def test_error_shapes(exc: LlamayError, status: int, kind: str) -> None:
-    assert adapter.error_status(exc) == status
-    assert adapter.error_body(exc) == {"type": "error", "error": {"type": kind, "message": exc.message}}
-    headers = adapter.error_headers(exc)
+    assert error_status(exc, "anthropic") == status
+    assert error_body(exc, "anthropic") == {"type": "error", "error": {"type": kind, "message": exc.message}}
+    headers = error_headers(exc, "anthropic")
     assert headers == ({"retry-after": "3"} if isinstance(exc, Overloaded) else None)
 
 

@@ -9,7 +9,6 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import LlamayError, Overloaded
 from ...types import FinishEvent, Usage
 
 __all__ = [
@@ -21,20 +20,7 @@ __all__ = [
     "message_start",
     "message_delta",
     "sse_event",
-    "error_status",
-    "error_body",
-    "error_headers",
 ]
-
-_KINDS = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    529: "overloaded_error",
-}
 
 
 def new_message_id() -> str:
@@ -117,18 +103,3 @@ def sse_event(event: dict[str, Any]) -> bytes:
     """`event: <type>` and `data: <json>` lines, as Anthropic frames every event."""
     data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
     return f"event: {event['type']}\ndata: {data}\n\n".encode()
-
-
-def error_status(exc: LlamayError) -> int:
-    """Anthropic's status for `exc`: overloaded is 529; others keep their own."""
-    return 529 if isinstance(exc, Overloaded) else exc.status
-
-
-def error_body(exc: LlamayError) -> dict[str, Any]:
-    status = error_status(exc)
-    kind = _KINDS.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
-    return {"type": "error", "error": {"type": kind, "message": exc.message}}
-
-
-def error_headers(exc: LlamayError) -> dict[str, str] | None:
-    return {"retry-after": str(exc.retry_after)} if isinstance(exc, Overloaded) else None

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ...chat.defaults import sampling_defaults
@@ -18,6 +18,7 @@ from ...chat.flow import ChatOptions
 from ...chat.pipeline import Choice, Delta, Done, Generation, Prompt, RunSpec, chat_prompt, start
 from ...errors import EngineError, LlamayError, ModelNotFound
 from ...runtime import LoadedModel
+from ..errors import error_body, error_response
 from ..http import json_response, read_json, sse_response, until_disconnect
 from . import adapter
 from .blocks import BlockAssembler
@@ -148,7 +149,7 @@ async def _frames(
             yield adapter.sse_event({**adapter.message_delta(reason, seq, usage), **_check(step.choice)})
             yield adapter.sse_event({"type": "message_stop"})
     except LlamayError as exc:
-        yield adapter.sse_event(adapter.error_body(exc))
+        yield adapter.sse_event(error_body(exc, "anthropic"))
     finally:
         gen.close()
 
@@ -167,10 +168,7 @@ def _anthropic_errors(handler: Handler) -> Handler:
         try:
             response = await handler(request)
         except LlamayError as exc:
-            if exc.status >= 500:
-                log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
-            body = {**adapter.error_body(exc), "request_id": rid}
-            response = JSONResponse(body, adapter.error_status(exc), adapter.error_headers(exc))
+            response = error_response(request, exc, "anthropic", {"request_id": rid})
         response.headers["request-id"] = rid
         return response
 

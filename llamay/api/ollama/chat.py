@@ -17,10 +17,10 @@ from ...chat.tools import ToolChoice
 from ...errors import InvalidRequest, LlamayError
 from ...runtime import LoadedModel
 from ...types import FinishEvent
+from ..errors import error_body
 from ..http import read_json, until_disconnect
 from . import adapter
 from .common import (
-    error_body,
     loaded_alias,
     model_defaults,
     ndjson_line,
@@ -228,6 +228,6 @@ async def _lines(turn: Turn, run: Generation) -> AsyncIterator[bytes]:
             final = _final(turn, step.choice.finish, Step(), None, generated)
             yield ndjson_line({**final, **_check(step.choice)})
     except LlamayError as exc:
-        yield ndjson_line(error_body(exc))
+        yield ndjson_line(error_body(exc, "ollama"))
     finally:
         run.close()

@@ -13,18 +13,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from ...chat.defaults import effective_params, store_call
 from ...errors import LlamayError, ModelNotFound
 from ...runtime import LoadedModel
+from ..errors import error_response
 from .adapter import nanos
 from .ggufmeta import HeaderCache
 
 __all__ = [
     "NotSupported",
     "ollama_endpoint",
-    "error_body",
     "ndjson_line",
     "ndjson_response",
     "runtime_feature",
@@ -48,10 +48,6 @@ class NotSupported(LlamayError):
     kind = "server_error"
 
 
-def error_body(exc: LlamayError) -> dict[str, str]:
-    return {"error": exc.message}
-
-
 def ollama_endpoint(handler: Handler) -> Handler:
     """Errors in Ollama's shape: `{"error": "message"}` with the error's status."""
 
@@ -60,10 +56,7 @@ def ollama_endpoint(handler: Handler) -> Handler:
         try:
             return await handler(request)
         except LlamayError as exc:
-            if exc.status >= 500:
-                log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
-            headers = {"Retry-After": str(exc.retry_after)} if hasattr(exc, "retry_after") else None
-            return JSONResponse(error_body(exc), status_code=exc.status, headers=headers)
+            return error_response(request, exc, "ollama")
 
     return wrapped
 
