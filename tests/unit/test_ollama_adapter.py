@@ -10,7 +10,6 @@ from llamay.chat.flow import ChatSetup, Piece
 from llamay.chat.reasoning import ReasoningMarkers
 from llamay.chat.tools import HermesFormat, ToolCall, ToolSpec
 from llamay.chat.traits import Traits
-from llamay.engine.request import ConstraintPlan
 from llamay.types import FinishEvent, SamplingParams, TokenEvent, TopLogprob, Usage
 
 FIN = FinishEvent(
