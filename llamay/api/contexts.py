@@ -1,43 +1,34 @@
-"""Server-held contexts: create, fork, list, get, delete, snapshot, restore."""
+"""Server-held contexts: create, fork, list, get, delete, snapshot, restore (HTTP over
+the typed ContextService; ownership is checked against the caller's principal)."""
 
 from __future__ import annotations
-
-import asyncio
-from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..engine.client import submit_all
-from ..engine.request import GenerateRequest, SessionSpec
-from ..errors import EngineError, InvalidRequest, NotFound
-from ..kv.contexts import ContextRecord
-from ..kv.snapshot import check_model, read_snapshot
+from ..chat.contexts import Check, ContextService
+from ..errors import InvalidRequest
+from ..kv.snapshot import read_snapshot
 from ..runtime import LoadedModel, Runtime
-from ..types import ErrorEvent, FinishEvent, SamplingParams, StopSpec
 from .authn import principal_of
 from .fields import Fields
 from .http import json_response, read_body, read_json
 
-__all__ = ["context_routes", "find_context", "on_engine"]
+__all__ = ["context_routes", "contexts_of", "owner_check"]
 
-T = TypeVar("T")
 MAX_FORKS = 10_000
 MAX_SNAPSHOT = 4 * 1024 * 1024 * 1024
 
 
-async def on_engine(lm: LoadedModel, fn: Any) -> Any:
-    """Run `fn` on the model's engine thread and await its result."""
-    return await asyncio.wrap_future(lm.engine.call(fn))
+def contexts_of(request: Request) -> ContextService:
+    return ContextService(request.app.state.runtime)
 
 
-async def find_context(runtime: Runtime, cid: str) -> tuple[LoadedModel, ContextRecord]:
-    for lm in runtime.models():
-        rec = await on_engine(lm, lambda lm=lm: lm.engine.contexts.records.get(cid))
-        if rec is not None:
-            return lm, rec
-    raise NotFound(f"context '{cid}' not found", param="context")
+def owner_check(request: Request) -> Check:
+    """Raises Forbidden for a context the caller's principal may not use."""
+    principal = principal_of(request)
+    return lambda rec: principal.check_owner(rec.owner, f"context '{rec.id}'")
 
 
 def single_user(request: Request) -> bool:
@@ -50,18 +41,8 @@ async def create_context(request: Request) -> Response:
     lm = await runtime.use(f.text("model", ""))
     marking = f.text("marking")
     tokens = _prefix_tokens(lm, f)
-    principal = principal_of(request)
-    spec = SessionSpec(create=True, owner=principal.owner_tag(single_user(request)), marking=marking)
-    req = GenerateRequest(tokens, SamplingParams(temperature=0), StopSpec(max_tokens=0), session=spec)
-    (stream,) = submit_all(lm.engine, [req])
-    cid = None
-    async for ev in stream:
-        if isinstance(ev, FinishEvent):
-            cid = ev.extra.get("context_id")
-        elif isinstance(ev, ErrorEvent):
-            raise EngineError(f"the context could not be computed: {ev.error}")
-    if cid is None:
-        raise EngineError("the context could not be computed (the KV cache is full?)")
+    owner = principal_of(request).owner_tag(single_user(request))
+    cid = await contexts_of(request).create(lm, tokens, owner=owner, marking=marking)
     return json_response({"id": cid, "object": "context", "model": lm.name, "tokens": len(tokens)})
 
 
@@ -82,43 +63,35 @@ def _prefix_tokens(lm: LoadedModel, f: Fields) -> list[int]:
 
 
 async def fork_context(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
-    lm, rec = await find_context(runtime, request.path_params["cid"])
-    principal_of(request).check_owner(rec.owner, f"context '{rec.id}'")
     raw = request.query_params.get("n", "1")
+    cid = request.path_params["cid"]
+    service = contexts_of(request)
+    await service.find(cid, owner_check(request))  # an unknown or foreign id first: 404 / 403
     if not raw.isdigit() or not 1 <= int(raw) <= MAX_FORKS:
         raise InvalidRequest(f"'n' must be an integer from 1 to {MAX_FORKS}", param="n")
-    forks = await on_engine(lm, lambda: lm.engine.contexts.fork(rec.id, int(raw)))
+    _, forks = await service.fork(cid, int(raw), owner_check(request))
     return json_response({"object": "list", "data": [{"id": r.id, "object": "context"} for r in forks]})
 
 
 async def list_contexts(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
     principal = principal_of(request)
-    data = []
-    for lm in runtime.models():
-        recs = await on_engine(lm, lambda lm=lm: list(lm.engine.contexts.records.values()))
-        data += [r.public(lm.name) for r in recs if principal.admin or r.owner in (None, principal.name)]
-    return json_response({"object": "list", "data": data})
+    found = await contexts_of(request).every(lambda r: principal.admin or r.owner in (None, principal.name))
+    return json_response({"object": "list", "data": [r.public(lm.name) for lm, r in found]})
 
 
 async def get_context(request: Request) -> Response:
-    lm, rec = await find_context(request.app.state.runtime, request.path_params["cid"])
-    principal_of(request).check_owner(rec.owner, f"context '{rec.id}'")
+    lm, rec = await contexts_of(request).find(request.path_params["cid"], owner_check(request))
     return json_response(rec.public(lm.name))
 
 
 async def delete_context(request: Request) -> Response:
-    lm, rec = await find_context(request.app.state.runtime, request.path_params["cid"])
-    principal_of(request).check_owner(rec.owner, f"context '{rec.id}'")
-    await on_engine(lm, lambda: lm.engine.contexts.delete(rec.id))
-    return json_response({"id": rec.id, "object": "context.deleted", "deleted": True})
+    cid = request.path_params["cid"]
+    await contexts_of(request).delete(cid, owner_check(request))
+    return json_response({"id": cid, "object": "context.deleted", "deleted": True})
 
 
 async def snapshot_context(request: Request) -> Response:
-    lm, rec = await find_context(request.app.state.runtime, request.path_params["cid"])
-    principal_of(request).check_owner(rec.owner, f"context '{rec.id}'")
-    data = await on_engine(lm, lambda: lm.engine.contexts.snapshot(rec))
+    rec, data = await contexts_of(request).snapshot(request.path_params["cid"], owner_check(request))
     headers = {"Content-Disposition": f'attachment; filename="{rec.id}.llamayctx"'}
     return Response(data, media_type="application/octet-stream", headers=headers)
 
@@ -128,16 +101,8 @@ async def restore_context(request: Request) -> Response:
     data = await read_body(request, MAX_SNAPSHOT)
     header, state = read_snapshot(data)
     lm = await runtime.use(request.query_params.get("model", ""))
-    check_model(header, lm.name, lm.sha256 or "")
-    principal = principal_of(request)
-    principal.check_owner(header.owner, "the snapshot")
-    lm.model.check_tokens(header.tokens)
-    if len(header.tokens) >= lm.engine.n_ctx:
-        raise InvalidRequest(
-            f"the snapshot holds {len(header.tokens)} tokens; this context holds {lm.engine.n_ctx}"
-        )
-    contexts = lm.engine.contexts
-    rec = await on_engine(lm, lambda: contexts.restore(header, state, lm.engine.acquire_seq))
+    principal_of(request).check_owner(header.owner, "the snapshot")
+    rec = await contexts_of(request).restore(lm, header, state)
     return json_response({"id": rec.id, "object": "context", "model": lm.name, "tokens": len(rec.tokens)})
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "Prompt",
     "RunSpec",
     "Held",
+    "NewContext",
     "Choice",
     "Delta",
     "Done",
@@ -110,6 +111,15 @@ class Held:
 
     context_id: str
     tokens: list[int]
+
+
+@dataclass(frozen=True)
+class NewContext:
+    """Keep the prompt as a new server-held context (usually with max_tokens 0); the
+    finish event's `extra["context_id"]` names it."""
+
+    owner: str | None = None
+    marking: str | None = None
 
 
 @dataclass
@@ -268,23 +278,41 @@ async def compile_plan(lm: LoadedModel, plan: ConstraintPlan | None) -> None:
         await asyncio.to_thread(lambda: model.compile_cache.get(grammar))
 
 
-async def start(lm: LoadedModel, prompt: Prompt, spec: RunSpec, *, held: Held | None = None) -> Generation:
+async def start(
+    lm: LoadedModel,
+    prompt: Prompt,
+    spec: RunSpec,
+    *,
+    held: Held | None = None,
+    new_context: NewContext | None = None,
+) -> Generation:
     """Submit `spec.n` choices of `prompt` to the model's engine, all or none. With
     `held`, the prompt must start with what that reserved context holds (409 if it
-    diverges) and the context holds prompt + reply afterwards."""
+    diverges) and the context holds prompt + reply afterwards. With `new_context`, the
+    prompt becomes a new context."""
     if held is not None:
         prompt = replace(prompt, tokens=align_prompt(lm, held.tokens, prompt.tokens, prompt.text))
-    return await start_batch(lm, [prompt], spec, held=held)
+    return await start_batch(lm, [prompt], spec, held=held, new_context=new_context)
 
 
 async def start_batch(
-    lm: LoadedModel, prompts: list[Prompt], spec: RunSpec, *, held: Held | None = None
+    lm: LoadedModel,
+    prompts: list[Prompt],
+    spec: RunSpec,
+    *,
+    held: Held | None = None,
+    new_context: NewContext | None = None,
 ) -> Generation:
     """Submit `spec.n` choices of every prompt at once (they share decode steps), all or
     none; more than the engine's queue holds is a 400, since no retry could cure it."""
     for prompt in prompts:
         await compile_plan(lm, prompt.plan)
-    requests = [r for p in prompts for r in requests_for(lm, p.tokens, p.plan, spec, held)]
+    session = None
+    if held is not None:
+        session = SessionSpec(context_id=held.context_id)
+    elif new_context is not None:
+        session = SessionSpec(create=True, owner=new_context.owner, marking=new_context.marking)
+    requests = [r for p in prompts for r in requests_for(lm, p.tokens, p.plan, spec, session)]
     cap = lm.engine.config.max_queue
     if len(requests) > cap:
         raise InvalidRequest(f"at most {cap} prompts times 'n' fit in one request", param="prompt")
@@ -292,14 +320,17 @@ async def start_batch(
 
 
 def requests_for(
-    lm: LoadedModel, tokens: list[int], plan: ConstraintPlan | None, spec: RunSpec, held: Held | None = None
+    lm: LoadedModel,
+    tokens: list[int],
+    plan: ConstraintPlan | None,
+    spec: RunSpec,
+    session: SessionSpec | None = None,
 ) -> list[GenerateRequest]:
     """One engine request per choice. With a seed, choice i uses seed + i so that n > 1
     gives different texts that are still reproducible."""
     n_ctx = lm.engine.n_ctx
     max_tokens = output_limit(plan, spec.max_tokens, spec.default_max, n_ctx - len(tokens))
     stop = StopSpec(max_tokens=max_tokens, stop=spec.stop)
-    session = SessionSpec(context_id=held.context_id) if held is not None else None
     out = []
     for i in range(spec.n):
         sampling = spec.sampling
