@@ -15,6 +15,7 @@ from struct import error as struct_error
 from typing import Any
 
 from llamay.errors import InvalidRequest
+from llamay.store.gguf_header import read_header
 
 __all__ = ["PARAM_TYPES", "gguf_sampling_defaults", "parse_params", "validate_params"]
 
@@ -115,69 +116,9 @@ def gguf_sampling_defaults(path: Path) -> dict[str, Any]:
     return dict(cached)
 
 
-_FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-_SCALAR = {
-    0: "<B",
-    1: "<b",
-    2: "<H",
-    3: "<h",
-    4: "<I",
-    5: "<i",
-    6: "<f",
-    7: "<?",
-    10: "<Q",
-    11: "<q",
-    12: "<d",
-}
-
-
-def _gguf_metadata(path: Path, prefix: str) -> dict[str, Any]:
-    """Scalar metadata values whose keys start with `prefix`, read straight from the GGUF
-    header. Arrays (the vocabulary) are skipped, not decoded: gguf.GGUFReader parses them all
-    and took seconds for a 262k vocabulary."""
-    import struct
-
-    out: dict[str, Any] = {}
-    with open(path, "rb") as f:
-
-        def read(fmt: str) -> Any:
-            size = struct.calcsize(fmt)
-            return struct.unpack(fmt, f.read(size))[0]
-
-        size = path.stat().st_size
-
-        def string() -> bytes:
-            n = read("<Q")
-            if n > size:
-                raise ValueError("a GGUF string runs past the end of the file")
-            return f.read(n)
-
-        if f.read(4) != b"GGUF":
-            raise ValueError("not a GGUF file")
-        read("<I")  # version
-        read("<Q")  # tensor count
-        for _ in range(read("<Q")):
-            key = string().decode("utf-8", "replace")
-            kind = read("<I")
-            if kind == 9:  # array: skip it
-                item, count = read("<I"), read("<Q")
-                if count > size:
-                    raise ValueError("a GGUF array runs past the end of the file")
-                if item == 8:
-                    for _ in range(count):
-                        f.seek(read("<Q"), 1)
-                else:
-                    f.seek(_FIXED[item] * count, 1)
-                continue
-            value = string().decode("utf-8", "replace") if kind == 8 else read(_SCALAR[kind])
-            if key.startswith(prefix):
-                out[key] = value
-    return out
-
-
 def _read_sampling(path: Path) -> dict[str, Any]:
     try:
-        meta = _gguf_metadata(path, "general.sampling.")
+        meta = read_header(path, max_array=0).metadata
     except (OSError, ValueError, KeyError, struct_error, UnicodeError):
         return {}
     found: dict[str, Any] = {}

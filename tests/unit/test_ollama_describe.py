@@ -3,6 +3,7 @@ reader they use, and the Go-template subset of /api/generate's `template`."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import gguf
@@ -10,9 +11,9 @@ import numpy as np
 import pytest
 
 from llamay.api.ollama import describe
-from llamay.api.ollama.ggufmeta import HeaderCache, read_header
 from llamay.api.ollama.gotemplate import render_template
 from llamay.errors import InvalidRequest
+from llamay.store.gguf_header import HeaderCache, read_header
 
 META = {"general.architecture": "llama", "general.file_type": 15, "llama.context_length": 8192,
         "tokenizer.chat_template": "{{ x }}", "general.license": "MIT"}  # fmt: skip
@@ -139,6 +140,11 @@ def test_gguf_header_refuses_other_files(tmp_path: Path) -> None:
     truncated.write_bytes(_write_gguf(tmp_path / "y.gguf").read_bytes()[:40])
     with pytest.raises(ValueError):
         read_header(truncated)
+    # A key whose length field claims 2**62 bytes: refused, not allocated.
+    huge = tmp_path / "huge.gguf"
+    huge.write_bytes(b"GGUF" + struct.pack("<IQQQ", 3, 0, 1, 2**62) + b"k" * 16)
+    with pytest.raises(ValueError, match="past the end"):
+        read_header(huge)
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,9 @@ from starlette.responses import Response, StreamingResponse
 from ...chat.defaults import effective_params, store_call
 from ...errors import LlamayError, ModelNotFound
 from ...runtime import LoadedModel
+from ...store.gguf_header import HeaderCache
 from ..errors import error_response
 from .adapter import nanos
-from .ggufmeta import HeaderCache
 
 __all__ = [
     "NotSupported",

@@ -1,5 +1,5 @@
 """Pure functions describing models in Ollama's shapes: /api/tags entries, /api/ps
-entries, /api/show bodies, from typed GGUF metadata (see `ggufmeta`)."""
+entries, /api/show bodies, from typed GGUF metadata (see `store.gguf_header`)."""
 
 from __future__ import annotations
 

@@ -18,12 +18,12 @@ from ...chat.flow import model_traits
 from ...chat.reasoning import detect_reasoning
 from ...errors import InvalidRequest, ModelNotFound
 from ...runtime import LoadedModel
+from ...store.gguf_header import HeaderCache
 from ..fields import Fields
 from ..http import read_json
 from . import describe
 from .adapter import iso_time
 from .common import effective_params, headers, loaded_alias, runtime_feature, store_call, use_model
-from .ggufmeta import HeaderCache
 from .schemas import parse_keep_alive
 
 __all__ = ["tags", "ps", "show", "version", "load", "unload", "reset", "embed", "embeddings"]

@@ -1,8 +1,11 @@
-"""Typed GGUF header metadata, read from the file without loading the model (for
-/api/tags and /api/show, which describe models that need not be loaded).
+"""The one GGUF header reader: typed metadata read from the file without loading the
+model (a model's sampling defaults; /api/tags and /api/show, which describe models that
+need not be loaded).
 
 llama.cpp's metadata API gives every value as a string; Ollama's `model_info` keeps
 numbers as numbers, so the header is parsed here: a few hundred reads, no tensor data.
+Long arrays (the vocabulary) are skipped unless asked for: decoding a 262k vocabulary
+takes seconds. A length field larger than the file is an error, never an allocation.
 """
 
 from __future__ import annotations
@@ -31,8 +34,16 @@ class GgufHeader:
 
 
 class _Reader:
-    def __init__(self, f: BinaryIO) -> None:
+    def __init__(self, f: BinaryIO, size: int) -> None:
         self.f = f
+        self.size = size
+
+    def length(self) -> int:
+        """A string's or array's length, which cannot exceed the file's size."""
+        n = int(self.unpack("<Q"))
+        if n > self.size:
+            raise ValueError("a GGUF length runs past the end of the file")
+        return n
 
     def unpack(self, fmt: str) -> Any:
         size = struct.calcsize(fmt)
@@ -42,14 +53,14 @@ class _Reader:
         return struct.unpack(fmt, data)[0]
 
     def string(self) -> str:
-        n = self.unpack("<Q")
+        n = self.length()
         data = self.f.read(n)
         if len(data) != n:
             raise ValueError("truncated GGUF header")
         return data.decode("utf-8", errors="replace")
 
     def skip_string(self) -> None:
-        self.f.seek(self.unpack("<Q"), 1)
+        self.f.seek(self.length(), 1)
 
     def value(self, kind: int, max_array: int | None) -> Any:
         if kind in _SCALARS:
@@ -57,7 +68,7 @@ class _Reader:
         if kind == _STRING:
             return self.string()
         if kind == _ARRAY:
-            item, n = self.unpack("<I"), self.unpack("<Q")
+            item, n = self.unpack("<I"), self.length()
             if max_array is not None and n > max_array:
                 self._skip_array(item, n)
                 return []
@@ -79,7 +90,7 @@ def read_header(path: Path, *, max_array: int | None = 64) -> GgufHeader:
     """Parse the header of the GGUF file at `path`. Raises ValueError if it is not GGUF
     (or is truncated), OSError if it cannot be read."""
     with open(path, "rb") as f:
-        r = _Reader(f)
+        r = _Reader(f, path.stat().st_size)
         if f.read(4) != b"GGUF":
             raise ValueError(f"{path} is not a GGUF file")
         version = r.unpack("<I")
