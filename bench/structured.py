@@ -8,14 +8,20 @@ Measures, in one run, on the default model (SmolLM2 135M, 49k vocab) and on Gemm
 1. decode: single-stream decode speed through `llamay serve` (SSE, httpx) with a JSON schema
    (`response_format`) against the same prompt unconstrained (end-of-generation banned with
    logit_bias), greedy, fixed max_tokens. The schema asks for at least 30 objects, so it
-   cannot finish early either. Speed is (completion_tokens - 1) / (time from the first
-   content chunk to the finish chunk): the first token's time belongs to prefill. Arms are
-   interleaved, rotating their order every repetition, so the shared machine's noise hits
-   all of them; the ratio is constrained / unconstrained of the medians. A third arm turns
-   the n-gram repetition penalty off (`repetition: false`) to show its share. The mask's
-   share of decode comes from `llamay run -schema` (its `json mask: ...` stats line; the
-   engine's mask time covers fill_mask plus the masked sampling, its decode time includes
-   the prompt's decode).
+   cannot finish early either. A generation's speed is (completion_tokens - 1) / (time from
+   the first content chunk to the finish chunk): the first token's time belongs to prefill.
+   A third arm turns the n-gram repetition penalty off (`repetition: false`) to show its
+   share. Every repetition runs each arm once, forwards then backwards in turn, so the
+   constrained arm always runs right next to the unconstrained one; `ratio` is the median
+   over repetitions of their speed ratio, so a busy stretch of the shared machine slows
+   both sides of a pair and a disturbed pair is outvoted. `ratio_trimmed` does the same
+   with the mean gap between tokens without the slowest and fastest 10%.
+   1b. engine_decode: the same arms and statistics in this process, through the engine
+   `llamay serve` runs but without HTTP, timed by the engine itself (its finish event's
+   generate_ms), with the mask's share of that time. `--decode-only` runs parts 1 and 1b.
+   The mask's share of decode also comes from `llamay run -schema` (its `json mask: ...`
+   stats line; the engine's mask time covers fill_mask plus the masked sampling, its decode
+   time includes the prompt's decode).
 2. mask: Constraint.fill_mask per step, in this process, over the JSON text the model
    generated in (1), consumed token by token with the model's llguidance tokenizer.
 3. compile: Grammar.from_json_schema and CompileCache.get for every schema of the JSON
@@ -51,6 +57,7 @@ from .coverage import run_coverage
 from .structured_common import FULL, QUICK, Issues, Sizes, say
 from .structured_compile import run_compile, run_mask
 from .structured_decode import ARMS, run_decode, run_mask_share
+from .structured_engine import run_engine_decode
 from .structured_models import MODELS, ModelSpec, resolve_path
 from .structured_tools import run_tools
 
@@ -109,7 +116,9 @@ def phase(phases: dict[str, float], name: str, note: str) -> Iterator[None]:
         phases[name] = round(time.perf_counter() - t0, 1)
 
 
-def bench_model(spec: ModelSpec, sizes: Sizes, issues: Issues, *, tools: bool) -> dict[str, Any]:
+def bench_model(
+    spec: ModelSpec, sizes: Sizes, issues: Issues, *, tools: bool, decode_only: bool = False
+) -> dict[str, Any]:
     from llamay.backend.model import Model
 
     path, source = resolve_path(spec, issues)
@@ -120,7 +129,12 @@ def bench_model(spec: ModelSpec, sizes: Sizes, issues: Issues, *, tools: bool) -
         tokenizer = model.ll_tokenizer
     with model:
         result["vocab"] = int(tokenizer.vocab_size)
-        text = served_parts(spec, path, sizes, model.eog_ids, issues, result, tools=tools)
+        text = served_parts(spec, path, sizes, model.eog_ids, issues, result, tools=tools and not decode_only)
+        reps = f"{sizes.decode_reps} reps x {len(ARMS)} arms"
+        with phase(phases, "engine_decode", f"{spec.key}: decode timed by the engine, {reps}"):
+            result["engine_decode"] = run_engine_decode(path, sizes, issues)
+        if decode_only:
+            return result
         with phase(phases, "llamay_run", f"{spec.key}: mask share via llamay run, {sizes.run_reps} runs"):
             result["mask_share_from_run"] = run_mask_share(path, sizes, issues)
         with phase(phases, "mask", f"{spec.key}: mask time per step"):
@@ -137,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smaller run (a few minutes)")
     parser.add_argument("--coverage-only", action="store_true", help="only part 5 (needs no model)")
     parser.add_argument("--no-coverage", action="store_true", help="parts 1-4 only (the models' figures)")
+    parser.add_argument("--decode-only", action="store_true", help="only the decode ratios (parts 1 and 1b)")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     issues = Issues()
@@ -144,10 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     models: dict[str, Any] = {}
     if not args.coverage_only:
         for spec in MODELS:
-            models[spec.key] = bench_model(spec, sizes, issues, tools=spec is MODELS[0])
+            models[spec.key] = bench_model(
+                spec, sizes, issues, tools=spec is MODELS[0], decode_only=args.decode_only
+            )
     phases: dict[str, float] = {}
     coverage: dict[str, Any] = {}
-    if not args.no_coverage:
+    if not (args.no_coverage or args.decode_only):
         with phase(phases, "coverage", f"schema coverage, 1 in {sizes.coverage_every} schemas"):
             coverage = run_coverage(every=sizes.coverage_every)
         coverage["phase_s"] = phases["coverage"]
@@ -169,9 +186,18 @@ def model_summary(m: dict[str, Any]) -> dict[str, Any]:
         "vocab": m.get("vocab"),
         "decode_tok_s": dig(m, "decode", "tok_s"),
         "decode_ratio": dig(m, "decode", "ratio"),
-        "decode_ratio_best": dig(m, "decode", "ratio_best"),
-        "decode_ratio_median_gap": dig(m, "decode", "ratio_median_gap"),
+        "decode_ratio_quartiles": dig(m, "decode", "ratio_quartiles"),
+        "decode_ratio_trimmed": dig(m, "decode", "ratio_trimmed"),
+        "decode_ratio_no_ngram": dig(m, "decode", "ratio_no_ngram"),
         "meets_target": dig(m, "decode", "meets_target"),
+        "decode_load_avg_1min": dig(m, "decode", "load_avg_1min"),
+        "engine_ratio": dig(m, "engine_decode", "ratio"),
+        "engine_ratio_quartiles": dig(m, "engine_decode", "ratio_quartiles"),
+        "engine_ratio_trimmed": dig(m, "engine_decode", "ratio_trimmed"),
+        "engine_ratio_no_ngram": dig(m, "engine_decode", "ratio_no_ngram"),
+        "engine_meets_target": dig(m, "engine_decode", "meets_target"),
+        "engine_mask_share_pct": dig(m, "engine_decode", "mask_share_pct"),
+        "engine_load_avg_1min": dig(m, "engine_decode", "load_avg_1min"),
         "mask_share_pct": dig(m, "mask_share_from_run", "mask_share_pct"),
         "mask_p50_ms": dig(m, "mask", "all", "p50_ms"),
         "mask_p99_ms": dig(m, "mask", "all", "p99_ms"),

@@ -7,7 +7,6 @@ import contextlib
 import json
 import math
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,13 +19,25 @@ from typing import Any
 import httpx
 
 from .common import Server
-from .structured_common import FACT_SCHEMA, PROMPT, Issues, RequestFailed, Sizes, finite_median, safe_ratio
+from .structured_common import (
+    ARMS,
+    FACT_SCHEMA,
+    PROMPT,
+    Issues,
+    RequestFailed,
+    Sizes,
+    TokenTiming,
+    arm_order,
+    finite_median,
+    load_average,
+    summarize_timings,
+)
 
-TARGET_RATIO = 0.97
+__all__ = ["ARMS", "BAN_BIAS", "WARMUP_TOKENS", "run_decode", "run_mask_share"]
+
 BAN_BIAS = -100.0
 HTTP_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=30.0, pool=30.0)
 WARMUP_TOKENS = 8
-ARMS = ("unconstrained", "constrained", "constrained_no_ngram")
 MASK_LINE = re.compile(r"(\w+) mask: (\d+) steps, ([\d.]+) ms each, ([\d.]+)% of decode")
 GEN_LINE = re.compile(r"generated (\d+) in ([\d.]+)(ms|s) \(([\d.]+|inf) tok/s\) · stop: (\w+)")
 
@@ -40,17 +51,8 @@ class StreamResult:
     text: str
     gaps: list[float]  # between consecutive content chunks
 
-    @property
-    def tok_s(self) -> float:
-        if self.completion_tokens < 2 or self.seconds <= 0:
-            return math.nan
-        return (self.completion_tokens - 1) / self.seconds
-
-    @property
-    def tok_s_median_gap(self) -> float:
-        """1 / the median time between tokens: blind to the odd preemption."""
-        gap = statistics.median(self.gaps) if self.gaps else 0.0
-        return 1.0 / gap if gap > 0 else math.nan
+    def timing(self) -> TokenTiming:
+        return TokenTiming(self.arm, self.completion_tokens, self.seconds, self.gaps)
 
 
 def stream_chat(client: httpx.Client, arm: str, body: dict[str, Any]) -> StreamResult:
@@ -118,21 +120,25 @@ def run_decode(
 ) -> tuple[dict[str, Any], str]:
     """The decode summary, and the first constrained output (for the mask timing)."""
     bodies = decode_bodies(sizes.max_tokens, eog_ids)
-    results: dict[str, list[StreamResult]] = {arm: [] for arm in ARMS}
+    reps: list[dict[str, TokenTiming]] = []
+    text = ""
+    load_before = load_average()
     with httpx.Client(base_url=server.base_url, timeout=HTTP_TIMEOUT) as client:
         for arm in ARMS:  # warm-up: compiles the schema, fills caches
             warm = {**bodies[arm], "max_tokens": WARMUP_TOKENS}
             with _reported(issues, f"decode.warmup.{arm}", server, warm):
                 stream_chat(client, arm, warm)
         for rep in range(sizes.decode_reps):
-            order = ARMS[rep % len(ARMS) :] + ARMS[: rep % len(ARMS)]
-            for arm in order:
+            timed: dict[str, TokenTiming] = {}
+            for arm in arm_order(rep):
                 with _reported(issues, f"decode.{arm}", server, bodies[arm]):
                     res = stream_chat(client, arm, bodies[arm])
                     check_stream(res, bodies[arm], server, issues)
-                    results[arm].append(res)
-    text = results["constrained"][0].text if results["constrained"] else ""
-    return summarize_decode(results), text
+                    timed[arm] = res.timing()
+                    if arm == "constrained" and not text:
+                        text = res.text
+            reps.append(timed)
+    return {**summarize_timings(reps), "load_avg_1min": [load_before, load_average()]}, text
 
 
 @contextlib.contextmanager
@@ -149,34 +155,6 @@ def _short(body: dict[str, Any]) -> dict[str, Any]:
     if "logit_bias" in out:
         out["logit_bias"] = f"<{len(out['logit_bias'])} end-of-generation tokens at {BAN_BIAS}>"
     return out
-
-
-def summarize_decode(results: dict[str, list[StreamResult]]) -> dict[str, Any]:
-    """Medians per arm and their ratios to the unconstrained arm; also the best rep of each
-    arm (the least disturbed by the rest of the machine) and speeds from the median gap
-    between tokens (blind to the odd stall)."""
-    speeds = {arm: [r.tok_s for r in rs] for arm, rs in results.items()}
-    med = {arm: finite_median(v) for arm, v in speeds.items()}
-    best = {arm: max((v for v in vs if math.isfinite(v)), default=math.nan) for arm, vs in speeds.items()}
-    by_gap = {arm: finite_median([r.tok_s_median_gap for r in rs]) for arm, rs in results.items()}
-    paired = [safe_ratio(c, u) for c, u in zip(speeds["constrained"], speeds["unconstrained"], strict=False)]
-    ratio = safe_ratio(med["constrained"], med["unconstrained"])
-    return {
-        "tok_s": {arm: round(v, 2) for arm, v in med.items()},
-        "ratio": ratio,
-        "target_ratio": TARGET_RATIO,
-        "meets_target": bool(ratio >= TARGET_RATIO),
-        "ratio_no_ngram": safe_ratio(med["constrained_no_ngram"], med["unconstrained"]),
-        "ratio_paired_median": finite_median(paired),
-        "tok_s_best": {arm: round(v, 2) for arm, v in best.items()},
-        "ratio_best": safe_ratio(best["constrained"], best["unconstrained"]),
-        "tok_s_median_gap": {arm: round(v, 2) for arm, v in by_gap.items()},
-        "ratio_median_gap": safe_ratio(by_gap["constrained"], by_gap["unconstrained"]),
-        "reps": len(speeds["unconstrained"]),
-        "tok_s_all": {arm: [round(v, 2) for v in vs] for arm, vs in speeds.items()},
-        "completion_tokens": {arm: sorted({r.completion_tokens for r in rs}) for arm, rs in results.items()},
-        "finish_reasons": {arm: sorted({r.finish for r in rs}) for arm, rs in results.items()},
-    }
 
 
 def run_cli_once(model: Path, schema_file: Path, sizes: Sizes) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,86 @@
+"""bench.structured, part 1b: the decode ratio from the engine's own timings.
+
+The same three arms as part 1 (bench.structured_decode), generated in this process by
+the engine `llamay serve` runs (`load_model` with the server's default RuntimeConfig),
+without HTTP: the prompt rendered by the model's chat template, the schema compiled as
+the routes compile it by default, greedy, the same max_tokens. Each request's time
+per token is the engine's own `generate_ms` (first token to finish) over the tokens after
+the first, and the time between its token events; the mask's share comes from the same
+finish event. No client process or HTTP event loop competes with it for the cores.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from .structured_common import (
+    FACT_SCHEMA,
+    PROMPT,
+    Issues,
+    Sizes,
+    TokenTiming,
+    arm_order,
+    load_average,
+    summarize_timings,
+)
+from .structured_decode import ARMS, BAN_BIAS, WARMUP_TOKENS
+
+
+def run_engine_decode(path: Path, sizes: Sizes, issues: Issues) -> dict[str, Any]:
+    from llamay.api.jsonformat import JsonStyle, schema_grammar
+    from llamay.engine.client import iter_events
+    from llamay.engine.repetition import RepetitionParams
+    from llamay.engine.request import ConstraintPlan, GenerateRequest
+    from llamay.runtime import RuntimeConfig, load_model
+    from llamay.types import ErrorEvent, FinishEvent, SamplingParams, StopSpec, TokenEvent
+
+    loaded = load_model(path.name, path, RuntimeConfig())
+    try:
+        template, model = loaded.template, loaded.model
+        text = template.render([{"role": "user", "content": PROMPT}], add_generation_prompt=True)
+        tokens = model.tokenize(template.strip_bos_eos(text, add_bos=model.add_bos), parse_special=True)
+        # As the routes compile a response_format schema by default.
+        schema = schema_grammar(FACT_SCHEMA, JsonStyle(), strict=True, param="response_format")
+        plan = ConstraintPlan(schema, label="json")
+        ban = tuple((t, BAN_BIAS) for t in sorted(model.eog_ids))
+        _ = model.compile_cache  # the llguidance tokenizer, built outside the timed requests
+
+        def request(arm: str, max_tokens: int) -> GenerateRequest:
+            stop = StopSpec(max_tokens=max_tokens)
+            if arm == "unconstrained":
+                greedy = SamplingParams(temperature=0.0, logit_bias=ban).validate()
+                return GenerateRequest(list(tokens), greedy, stop)
+            off = RepetitionParams(enabled=False) if arm == "constrained_no_ngram" else None
+            greedy = SamplingParams(temperature=0.0).validate()
+            return GenerateRequest(list(tokens), greedy, stop, plan, repetition=off)
+
+        def generate(arm: str, max_tokens: int) -> TokenTiming | None:
+            arrivals: list[float] = []
+            for ev in iter_events(loaded.engine, request(arm, max_tokens)):
+                if isinstance(ev, TokenEvent):
+                    arrivals.append(time.perf_counter())
+                elif isinstance(ev, ErrorEvent):
+                    issues.add(f"engine_decode.{arm}", f"{type(ev.error).__name__}: {ev.error}")
+                    return None
+                elif isinstance(ev, FinishEvent):
+                    x, n = ev.extra, ev.usage.completion_tokens
+                    if n != max_tokens or ev.reason != "length":
+                        issues.add(f"engine_decode.{arm}", f"{n} tokens, finish {ev.reason!r}: {ev.message}")
+                    gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
+                    seconds, mask = float(x["generate_ms"]) / 1000.0, float(x["mask_ms"]) / 1000.0
+                    return TokenTiming(arm, n, seconds, gaps, int(x["mask_steps"]), mask)
+            return None
+
+        for arm in ARMS:  # warm-up: compiles the grammar, caches the prompt's prefix
+            generate(arm, WARMUP_TOKENS)
+        reps: list[dict[str, TokenTiming]] = []
+        load_before = load_average()
+        for rep in range(sizes.decode_reps):
+            timed = {arm: generate(arm, sizes.max_tokens) for arm in arm_order(rep)}
+            reps.append({arm: t for arm, t in timed.items() if t is not None})
+        load = [load_before, load_average()]
+    finally:
+        loaded.close()
+    return {**summarize_timings(reps), "load_avg_1min": load}
