@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .options import Ask, Options
+from .options import Ask, ContextHandle, Options
 from .results import Chunk, ScoreResult, Timings, ToolCall, Usage
 
-__all__ = ["Backend", "Reply", "ContextHandle"]
+__all__ = ["Backend", "Reply", "ContextHandle"]  # ContextHandle: re-exported from options
 
 
 @dataclass(frozen=True)
@@ -27,15 +27,6 @@ class Reply:
     usage: Usage = field(default_factory=Usage)
     timings: Timings = field(default_factory=Timings)
     finish_message: str | None = None
-
-
-@dataclass
-class ContextHandle:
-    """A backend's hold on a context: remote, the server's context id; in process, None
-    (the prefix cache keeps what the conversation computed)."""
-
-    id: str | None = None
-    stale: bool = False  # the context no longer holds the conversation's prefix
 
 
 class Backend(Protocol):

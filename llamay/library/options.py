@@ -12,7 +12,7 @@ from ..errors import InvalidRequest
 from .schema import OutputSpec, output_spec
 from .tools import Tool, as_tool
 
-__all__ = ["Options", "Ask", "options", "messages_of", "MessagesIn"]
+__all__ = ["Options", "Ask", "ContextHandle", "options", "messages_of", "MessagesIn"]
 
 MessagesIn = str | Sequence[dict[str, Any]]
 
@@ -132,6 +132,15 @@ def messages_of(prompt: MessagesIn, system: str | None) -> list[dict[str, Any]]:
     return messages
 
 
+@dataclass
+class ContextHandle:
+    """A backend's hold on a context: remote, the server's context id; in process, None
+    (the prefix cache keeps what the conversation computed)."""
+
+    id: str | None = None
+    stale: bool = False  # the context no longer holds the conversation's prefix
+
+
 @dataclass(frozen=True)
 class Ask:
     """One round of generation for a backend: the conversation so far, the options, the
@@ -143,4 +152,4 @@ class Ask:
     tools: list[ToolSpec] = field(default_factory=list)
     tool_choice: str = "none"
     output: OutputSpec | None = None
-    session: Any = None
+    session: ContextHandle | None = None

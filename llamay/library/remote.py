@@ -54,7 +54,7 @@ class RemoteBackend:
             async for item in self._generate(ask):
                 yield item
         except Conflict:
-            if not isinstance(ask.session, ContextHandle) or ask.session.id is None:
+            if ask.session is None or ask.session.id is None:
                 raise
             # The context cannot take this prompt (it diverges from what the context holds,
             # as a template that rewrites history makes it): answer without it; the

@@ -98,9 +98,9 @@ def chat_body(model: str, ask: Ask) -> dict[str, Any]:
         body["reasoning_effort"] = "none"
     elif isinstance(opts.thinking, int) and not isinstance(opts.thinking, bool):
         body["reasoning_budget_tokens"] = opts.thinking
-    session = getattr(ask.session, "id", None)
-    if session is not None:
-        body["llamay_session"] = session
+    session = ask.session
+    if session is not None and session.id is not None and not session.stale:
+        body["llamay_session"] = session.id
     return body
 
 

@@ -1,0 +1,284 @@
+"""The in-process backend: a Runtime holding one model, driven through the chat pipeline
+(`llamay.chat.pipeline`) and the context service (`llamay.chat.contexts`), exactly as the
+HTTP routes drive them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..chat.contexts import ContextService
+from ..chat.flow import ChatOptions, Piece
+from ..chat.pipeline import (
+    Choice,
+    Done,
+    Generation,
+    Prompt,
+    RunSpec,
+    chat_prompt,
+    sampling_defaults,
+    start,
+    start_batch,
+    text_prompt,
+)
+from ..chat.tools import ToolChoice
+from ..errors import Conflict, EngineError, InvalidRequest
+from ..runtime import LoadedModel, Runtime, RuntimeConfig, load_model
+from ..types import SamplingParams
+from .backend import ContextHandle, Reply
+from .options import Ask, Options
+from .results import Chunk, ScoreResult, Timings, ToolCall, Usage
+
+__all__ = ["LocalBackend", "LocalConfig"]
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """How to load the model: see `LLM` for each field."""
+
+    ctx: int = 0
+    threads: int = 0
+    concurrency: int = 8
+    batch: int = 512
+    kv: str = "f16"
+    max_tokens: int = 2048
+    chat_template: Path | None = None
+
+
+class LocalBackend:
+    """One loaded model and its engine thread; build with `await LocalBackend.open(...)`.
+    Contexts live in the engine as they do in a server's, spilled (if KV runs short) to a
+    private folder that `aclose` removes: a library leaves nothing behind."""
+
+    def __init__(self, runtime: Runtime, lm: LoadedModel, defaults: dict[str, Any], folder: Path) -> None:
+        self.runtime = runtime
+        self.lm = lm
+        self.name = lm.name
+        self.contexts = ContextService(runtime)
+        self._defaults = defaults
+        self._folder = folder
+        self._open: set[str] = set()  # contexts made here and not closed yet
+
+    @classmethod
+    async def open(cls, model: str | None, config: LocalConfig) -> LocalBackend:
+        """Resolve `model` (a name, "" or None for the default, or a .gguf path; fetched on
+        first use) and load it."""
+        from ..store import ModelStore
+
+        store = ModelStore()
+        found = await asyncio.to_thread(store.resolve, model or None)
+        folder = Path(tempfile.mkdtemp(prefix="llamay-library-"))
+        rc = RuntimeConfig(
+            ctx=config.ctx,
+            batch=config.batch,
+            threads=config.threads,
+            concurrency=config.concurrency,
+            # Room for chat_many and score batches well beyond the running cap.
+            max_queue=max(64, 8 * config.concurrency),
+            kv_type=config.kv,
+            chat_template_file=config.chat_template,
+            home=folder,
+            max_tokens=config.max_tokens,
+        )
+        try:
+            lm = await asyncio.to_thread(load_model, found.name, found.path, rc, found.sha256)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        runtime = Runtime(rc, store=store, max_loaded=1, keep_alive=-1.0)
+        runtime.add(lm, default=True, keep_alive=-1.0)
+        return cls(runtime, lm, await sampling_defaults(runtime, lm), folder)
+
+    # -- generation ------------------------------------------------------------------------
+    def _spec(self, opts: Options, **kw: Any) -> RunSpec:
+        given = opts.sampling_given()
+        sampling = SamplingParams(**given).with_defaults(self._defaults, given.keys())
+        return RunSpec(
+            sampling=sampling.validate(self.lm.model.n_vocab),
+            max_tokens=opts.max_tokens,
+            stop=opts.stop,
+            default_max=self.runtime.config.max_tokens,
+            **kw,
+        )
+
+    def _prompt(self, ask: Ask) -> Prompt:
+        thinking = ask.opts.thinking
+        choice = ask.tool_choice
+        tool_choice = ToolChoice("function", choice)
+        if choice in ("auto", "none", "required"):
+            tool_choice = ToolChoice(choice)  # type: ignore[arg-type]
+        chat = ChatOptions(
+            messages=ask.messages,
+            tools=ask.tools if choice != "none" else [],
+            tool_choice=tool_choice if ask.tools else ToolChoice("none"),
+            grammar=ask.output.grammar if ask.output is not None else None,
+            thinking=thinking is not False,
+            thinking_budget=thinking
+            if isinstance(thinking, int) and not isinstance(thinking, bool)
+            else None,
+        )
+        return chat_prompt(self.lm, chat)
+
+    async def _start(self, ask: Ask) -> Generation:
+        """Submit one round: on its context when it has one. A prompt that no longer extends
+        what the context holds (a template that rewrites history) runs without it, and the
+        context is marked stale so the conversation computes a new one."""
+        prompt, spec = self._prompt(ask), self._spec(ask.opts)
+        handle = ask.session
+        if isinstance(handle, ContextHandle) and handle.id is not None and not handle.stale:
+            try:
+                async with self.contexts.reserve(self.lm, handle.id) as held:
+                    return await start(self.lm, prompt, spec, held=held)
+            except Conflict:
+                handle.stale = True
+        return await start(self.lm, prompt, spec)
+
+    async def generate(self, ask: Ask) -> AsyncIterator[Chunk | Reply]:
+        t0 = time.perf_counter()
+        gen = await self._start(ask)
+        try:
+            async for step in gen:
+                for piece in step.pieces:
+                    chunk = _chunk(piece)
+                    if chunk is not None:
+                        yield chunk
+                if isinstance(step, Done):
+                    yield _reply(step.choice, t0)
+        finally:
+            gen.close()  # an early exit aborts the request now, freeing its KV
+
+    async def generate_many(self, asks: list[Ask]) -> list[Reply]:
+        t0 = time.perf_counter()
+        # One spec for all: chat_many gives every prompt the same options.
+        gen = await start_batch(self.lm, [self._prompt(a) for a in asks], self._spec(asks[0].opts))
+        return [_reply(c, t0) for c in await gen.collect()]
+
+    async def complete(self, prompts: list[str], opts: Options) -> list[Reply]:
+        t0 = time.perf_counter()
+        grammar = opts.output.grammar if opts.output is not None else None
+        # As /v1/completions reads a prompt: special-token names are plain text.
+        made = [text_prompt(self.lm, p, grammar, special=False) for p in prompts]
+        gen = await start_batch(self.lm, made, self._spec(opts))
+        return [_reply(c, t0) for c in await gen.collect()]
+
+    async def score(self, prompt: str, continuations: list[str]) -> list[ScoreResult]:
+        model = self.lm.model
+        head = model.tokenize(prompt, add_special=True, parse_special=False)
+        if not head:
+            raise InvalidRequest("the prompt has no tokens", param="prompt")
+        tails = [model.tokenize(c, add_special=False, parse_special=False) for c in continuations]
+        for c, tail in zip(continuations, tails, strict=True):
+            if not tail:
+                raise InvalidRequest(f"continuation {c!r} has no tokens", param="continuations")
+        # Reading only (max_tokens 0), every position scored with its best alternative (to
+        # tell whether the continuation is the greedy one), all continuations in one batch.
+        # Not kept in the prefix cache: nothing later continues a scored text.
+        spec = RunSpec(SamplingParams(temperature=0.0), max_tokens=0, prompt_logprobs=1, cache_prompt=False)
+        gen = await start_batch(self.lm, [Prompt(head + t) for t in tails], spec)
+        out = []
+        for text, tail, choice in zip(continuations, tails, await gen.collect(), strict=True):
+            scores = choice.finish.prompt_logprobs
+            if scores is None:
+                raise EngineError("the continuation could not be scored (the KV cache is full?)")
+            mine = scores[len(head) - 1 :]  # entry i scores token i + 1 of prompt + continuation
+            if len(mine) != len(tail):
+                raise EngineError("the engine scored a different number of tokens than it was given")
+            lps = [s.logprob for s in mine]
+            greedy = all(s.token == s.top[0].token or s.logprob >= s.top[0].logprob for s in mine)
+            tokens = [s.text.decode("utf-8", errors="replace") for s in mine]
+            out.append(ScoreResult(text, tokens, lps, sum(lps), greedy))
+        return out
+
+    # -- contexts --------------------------------------------------------------------------
+    async def open_context(self, messages: list[dict[str, Any]]) -> ContextHandle:
+        """A context holding `messages` rendered as the server renders them for
+        POST /v1/contexts (no generation prompt), computed now."""
+        lm = self.lm
+        text = lm.template.render(messages, add_generation_prompt=False)
+        text = lm.template.strip_bos_eos(text, add_bos=lm.model.add_bos)
+        tokens = lm.model.tokenize(text, add_special=True, parse_special=True)
+        cid = await self.contexts.create(lm, tokens)
+        self._open.add(cid)
+        return ContextHandle(cid)
+
+    async def fork_context(self, handle: ContextHandle, messages: list[dict[str, Any]]) -> ContextHandle:
+        if handle.id is None or handle.stale:
+            return await self.open_context(messages)
+        _, (rec,) = await self.contexts.fork(handle.id, 1)
+        self._open.add(rec.id)
+        return ContextHandle(rec.id)
+
+    async def close_context(self, handle: ContextHandle) -> None:
+        if handle.id is not None:
+            cid, handle.id = handle.id, None
+            self._open.discard(cid)
+            await self.contexts.delete(cid)
+
+    async def stats(self) -> dict[str, Any]:
+        st = self.lm.engine.stats
+        return {
+            "name": self.name,
+            "requests": st.requests,
+            "aborted": st.aborted,
+            "prompt_tokens": st.prompt_tokens,
+            "cached_tokens": st.cached_tokens,
+            "generated_tokens": st.generated_tokens,
+            "decode_steps": st.steps,
+            "decode_seconds": st.decode_seconds,
+        }
+
+    async def aclose(self) -> None:
+        for cid in list(self._open):  # contexts still open: nothing to save
+            # One busy or vanished context must not keep the engine running.
+            with contextlib.suppress(Exception):
+                await self.contexts.delete(cid)
+        self._open.clear()
+        await asyncio.to_thread(self.runtime.close)
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _chunk(piece: Piece) -> Chunk | None:
+    """Text pieces stream; tool calls come whole with the reply (their arguments are only
+    worth running once complete)."""
+    if piece.kind == "content" and piece.text:
+        return Chunk(piece.text)
+    if piece.kind == "reasoning" and piece.text:
+        return Chunk(reasoning=piece.text, kind="reasoning")
+    return None
+
+
+def _reply(choice: Choice, t0: float) -> Reply:
+    fin = choice.finish
+    x = fin.extra
+    calls = [ToolCall(c.id, c.name, _arguments(c.arguments)) for c in choice.calls]
+    return Reply(
+        content=choice.content,
+        reasoning=choice.reasoning,
+        calls=calls,
+        raw_arguments=[c.arguments for c in choice.calls],
+        finish_reason="tool_calls" if calls and fin.reason == "stop" else fin.reason,
+        usage=Usage(fin.usage.prompt_tokens, fin.usage.completion_tokens, fin.usage.cached_tokens),
+        timings=Timings(
+            prompt_ms=float(x.get("prompt_ms", 0.0)),
+            generate_ms=float(x.get("generate_ms", 0.0)),
+            queue_ms=float(x.get("queue_ms", 0.0)),
+            total_ms=(time.perf_counter() - t0) * 1000.0,
+        ),
+        finish_message=fin.message,
+    )
+
+
+def _arguments(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
