@@ -114,6 +114,20 @@ class Fields:
         value = self._get(key, False)
         return None if value is _MISSING else value
 
+    def strings(self, key: str, limit: int, *, single: bool = True) -> tuple[str, ...]:
+        """Stop strings and the like: an array of strings (or one string, if `single`), at
+        most `limit` of them; empty ones dropped, duplicates kept once, order kept."""
+        raw = self.raw(key)
+        if raw is None:
+            return ()
+        items = [raw] if single and isinstance(raw, str) else raw
+        if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+            what = "a string or an array of strings" if single else "an array of strings"
+            raise InvalidRequest(f"'{self.name(key)}' must be {what}", param=self.name(key))
+        if len(items) > limit:
+            raise InvalidRequest(f"'{self.name(key)}' may hold at most {limit} strings", param=self.name(key))
+        return tuple(dict.fromkeys(s for s in items if s))
+
     def _range(self, key: str, value: float, lo: float | None, hi: float | None) -> None:
         if (lo is not None and value < lo) or (hi is not None and value > hi):
             span = (

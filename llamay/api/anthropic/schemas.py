@@ -167,17 +167,6 @@ def _grammar(f: Fields) -> Grammar | None:
     return schema_grammar(dict(schema), json_style(f), strict=strict, param=f"{where}.schema")
 
 
-def _stop(f: Fields) -> tuple[str, ...]:
-    raw = f.array("stop_sequences")
-    if raw is None:
-        return ()
-    if not all(isinstance(s, str) for s in raw):
-        raise InvalidRequest("'stop_sequences' must be an array of strings", param="stop_sequences")
-    if len(raw) > MAX_STOP:
-        raise InvalidRequest(f"'stop_sequences' may hold at most {MAX_STOP} strings", param="stop_sequences")
-    return tuple(dict.fromkeys(s for s in raw if s))
-
-
 def parse_messages_request(body: Any, *, counting: bool = False) -> MessagesRequest:
     """Parse a Messages body; `counting` (count_tokens) needs no `max_tokens`."""
     f = Fields(body)
@@ -220,5 +209,14 @@ def parse_messages_request(body: Any, *, counting: bool = False) -> MessagesRequ
     stream = False if counting else f.flag("stream", False)
     given = frozenset(k for k in ("temperature", "top_p", "top_k") if f.raw(k) is not None)
     return MessagesRequest(
-        model, stream, max_tokens, _stop(f), sampling, options, converted.prefill, thinking, marked, given
+        model,
+        stream,
+        max_tokens,
+        f.strings("stop_sequences", MAX_STOP, single=False),
+        sampling,
+        options,
+        converted.prefill,
+        thinking,
+        marked,
+        given,
     )

@@ -148,20 +148,6 @@ def parse_keep_alive(value: Any, param: str = "keep_alive") -> float | None:
     return -1.0 if seconds < 0 else seconds
 
 
-def _stop(f: Fields) -> tuple[str, ...]:
-    raw = f.raw("stop")
-    if raw is None:
-        return ()
-    items = [raw] if isinstance(raw, str) else raw
-    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
-        raise InvalidRequest(
-            f"'{f.name('stop')}' must be a string or an array of strings", param=f.name("stop")
-        )
-    if len(items) > MAX_STOP:
-        raise InvalidRequest(f"'{f.name('stop')}' may hold at most {MAX_STOP} strings", param=f.name("stop"))
-    return tuple(s for s in items if s)
-
-
 def parse_options(raw: Any, *, logprobs: bool = False, top_logprobs: int = 0) -> Generation:
     """The `options` object (may be None). Values out of range are a 400 naming them."""
     f = Fields(raw if raw is not None else {}, "options")
@@ -202,7 +188,7 @@ def parse_options(raw: Any, *, logprobs: bool = False, top_logprobs: int = 0) ->
         raise InvalidRequest(exc.message.replace("'", "'options.", 1), param=f"options.{exc.param}") from None
     return Generation(
         sampling=sampling,
-        stop=_stop(f),
+        stop=f.strings("stop", MAX_STOP),
         num_predict=None if num_predict is None or num_predict < 0 else num_predict,
         num_ctx=f.integer("num_ctx", None, lo=1),
         repeat_whole_context=repeat_last_n == -1,

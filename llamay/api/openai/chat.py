@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -12,16 +12,17 @@ from starlette.responses import Response
 
 from ...chat.defaults import sampling_defaults
 from ...chat.flow import Piece
-from ...chat.pipeline import Choice, Delta, Generation, RunSpec, chat_prompt, start
+from ...chat.pipeline import Choice, Delta, Done, Generation, RunSpec, chat_prompt, start
 from ...errors import LlamayError
 from ...runtime import Runtime
+from ...types import Usage
 from ..errors import openai_error_body
 from ..http import json_response, read_json, sse_frame, sse_response, until_disconnect
 from ..sessions import held_context
 from . import adapter
 from .schemas import ChatRequest, Common, parse_chat, with_defaults
 
-__all__ = ["chat_completions", "run_spec"]
+__all__ = ["chat_completions", "run_spec", "stream_frames"]
 
 
 def run_spec(
@@ -92,44 +93,63 @@ def _delta(piece: Piece) -> dict[str, Any]:
     return {"tool_calls": [{"index": piece.index, "function": {"arguments": piece.text}}]}
 
 
-async def _frames(rid: str, model: str, req: ChatRequest, gen: Generation) -> AsyncIterator[bytes]:
-    created = int(time.time())
-    usage_on = req.common.include_usage
-    usages = []
-
-    def chunk(i: int, delta: dict[str, Any], **kw: Any) -> dict[str, Any]:
-        return adapter.chat_chunk(rid, model, created, i, delta, with_usage_field=usage_on, **kw)
-
-    for i in range(len(gen.streams)):
-        yield sse_frame(chunk(i, {"role": "assistant", "content": ""}))
+async def stream_frames(
+    gen: Generation,
+    first: list[dict[str, Any]],
+    frames_of: Callable[[Delta | Done], list[dict[str, Any]]],
+    usage: Callable[[list[Usage]], dict[str, Any]] | None,
+) -> AsyncIterator[bytes]:
+    """An OpenAI event stream: the `first` chunks, each step's chunks, the usage chunk (if
+    asked) and [DONE]; an error mid-stream is one error event, and leaving early (or
+    failing) closes the generation, which frees its KV."""
+    usages: list[Usage] = []
     try:
+        for frame in first:
+            yield sse_frame(frame)
         async for step in gen:
-            if isinstance(step, Delta):
-                pieces = step.pieces
-                if req.logprobs and step.token is not None:
-                    said = "".join(p.text for p in pieces if p.kind == "content")
-                    lp = [adapter.chat_logprob_json(step.token)]
-                    yield sse_frame(chunk(step.index, {"content": said}, logprobs=lp))
-                    pieces = [p for p in pieces if p.kind != "content"]
-                for p in pieces:
-                    yield sse_frame(chunk(step.index, _delta(p)))
-                continue
-            c = step.choice
-            for p in step.pieces:
-                yield sse_frame(chunk(c.index, _delta(p)))
-            usages.append(c.usage)
-            reason = adapter.finish_reason(c.finish)
-            if c.calls and c.reason == "stop":
-                reason = "tool_calls"
-            last = chunk(c.index, {}, finish=reason)
-            if c.check is not None:
-                last["choices"][0]["schema_check"] = c.check
-            yield sse_frame(last)
+            if isinstance(step, Done):
+                usages.append(step.choice.usage)
+            for frame in frames_of(step):
+                yield sse_frame(frame)
     except LlamayError as exc:
         yield sse_frame(openai_error_body(exc))
         return
     finally:
         gen.close()
-    if usage_on:
-        yield sse_frame(adapter.usage_chunk(rid, model, created, "chat.completion.chunk", usages))
+    if usage is not None:
+        yield sse_frame(usage(usages))
     yield sse_frame("[DONE]")
+
+
+def _frames(rid: str, model: str, req: ChatRequest, gen: Generation) -> AsyncIterator[bytes]:
+    created = int(time.time())
+    usage_on = req.common.include_usage
+
+    def chunk(i: int, delta: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        return adapter.chat_chunk(rid, model, created, i, delta, with_usage_field=usage_on, **kw)
+
+    def frames_of(step: Delta | Done) -> list[dict[str, Any]]:
+        if isinstance(step, Delta):
+            out = []
+            pieces = step.pieces
+            if req.logprobs and step.token is not None:
+                said = "".join(p.text for p in pieces if p.kind == "content")
+                out.append(
+                    chunk(step.index, {"content": said}, logprobs=[adapter.chat_logprob_json(step.token)])
+                )
+                pieces = [p for p in pieces if p.kind != "content"]
+            return out + [chunk(step.index, _delta(p)) for p in pieces]
+        c = step.choice
+        reason = adapter.finish_reason(c.finish)
+        if c.calls and c.reason == "stop":
+            reason = "tool_calls"
+        last = chunk(c.index, {}, finish=reason)
+        if c.check is not None:
+            last["choices"][0]["schema_check"] = c.check
+        return [chunk(c.index, _delta(p)) for p in step.pieces] + [last]
+
+    first = [chunk(i, {"role": "assistant", "content": ""}) for i in range(len(gen.streams))]
+    usage = None
+    if usage_on:
+        usage = lambda us: adapter.usage_chunk(rid, model, created, "chat.completion.chunk", us)  # noqa: E731
+    return stream_frames(gen, first, frames_of, usage)

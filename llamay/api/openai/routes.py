@@ -11,17 +11,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ...chat.defaults import sampling_defaults
-from ...chat.pipeline import Delta, Generation, Prompt, start, start_batch
+from ...chat.pipeline import Delta, Done, Generation, Prompt, start, start_batch
 from ...engine.request import ConstraintPlan
-from ...errors import EngineError, InvalidRequest, LlamayError
+from ...errors import EngineError, InvalidRequest
 from ...grammar import Grammar
 from ...runtime import LoadedModel, Runtime
-from ...types import FinishEvent, TokenEvent, Usage
-from ..errors import openai_error_body
-from ..http import json_response, read_json, sse_frame, sse_response, until_disconnect
+from ...types import FinishEvent, TokenEvent
+from ..http import json_response, read_json, sse_response, until_disconnect
 from ..sessions import held_context
 from . import adapter
-from .chat import chat_completions, run_spec
+from .chat import chat_completions, run_spec, stream_frames
 from .schemas import Common, parse_completion, with_defaults
 
 __all__ = ["openai_routes"]
@@ -85,45 +84,33 @@ async def completions(request: Request) -> Response:
     return json_response(body)
 
 
-async def _completion_frames(
+def _completion_frames(
     rid: str, model: str, common: Common, gen: Generation, echo: str, want_lp: bool
 ) -> AsyncIterator[bytes]:
     created = int(time.time())
     usage_on = common.include_usage
-    usages: list[Usage] = []
-    if echo:
-        for i in range(len(gen.streams)):
-            yield sse_frame(adapter.completion_chunk(rid, model, created, i, echo, with_usage_field=usage_on))
-    try:
-        async for step in gen:
-            if isinstance(step, Delta):
-                text = "".join(p.text for p in step.pieces)
-                if not text and not want_lp:
-                    continue
-                lp = adapter.completion_logprobs_json([step.token], 0) if want_lp and step.token else None
-                yield sse_frame(
-                    adapter.completion_chunk(
-                        rid, model, created, step.index, text, logprobs=lp, with_usage_field=usage_on
-                    )
-                )
-                continue
-            c = step.choice
-            usages.append(c.usage)
-            last = adapter.completion_chunk(
-                rid, model, created, c.index, "".join(p.text for p in step.pieces),
-                finish=adapter.finish_reason(c.finish), with_usage_field=usage_on,
-            )  # fmt: skip
-            if c.check is not None:
-                last["choices"][0]["schema_check"] = c.check
-            yield sse_frame(last)
-    except LlamayError as exc:
-        yield sse_frame(openai_error_body(exc))
-        return
-    finally:
-        gen.close()
+
+    def chunk(i: int, text: str, **kw: Any) -> dict[str, Any]:
+        return adapter.completion_chunk(rid, model, created, i, text, with_usage_field=usage_on, **kw)
+
+    def frames_of(step: Delta | Done) -> list[dict[str, Any]]:
+        if isinstance(step, Delta):
+            text = "".join(p.text for p in step.pieces)
+            if not text and not want_lp:
+                return []
+            lp = adapter.completion_logprobs_json([step.token], 0) if want_lp and step.token else None
+            return [chunk(step.index, text, logprobs=lp)]
+        c = step.choice
+        last = chunk(c.index, "".join(p.text for p in step.pieces), finish=adapter.finish_reason(c.finish))
+        if c.check is not None:
+            last["choices"][0]["schema_check"] = c.check
+        return [last]
+
+    first = [chunk(i, echo) for i in range(len(gen.streams))] if echo else []
+    usage = None
     if usage_on:
-        yield sse_frame(adapter.usage_chunk(rid, model, created, "text_completion", usages))
-    yield sse_frame("[DONE]")
+        usage = lambda us: adapter.usage_chunk(rid, model, created, "text_completion", us)  # noqa: E731
+    return stream_frames(gen, first, frames_of, usage)
 
 
 async def list_models(request: Request) -> Response:

@@ -86,18 +86,6 @@ class CompletionRequest:
     logprobs: int | None
 
 
-def _stop(f: Fields) -> tuple[str, ...]:
-    raw = f.raw("stop")
-    if raw is None:
-        return ()
-    items = [raw] if isinstance(raw, str) else raw
-    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
-        raise InvalidRequest("'stop' must be a string or an array of strings", param="stop")
-    if len(items) > MAX_STOP:
-        raise InvalidRequest(f"'stop' may hold at most {MAX_STOP} strings", param="stop")
-    return tuple(s for s in items if s)
-
-
 def _logit_bias(f: Fields) -> tuple[tuple[int, float], ...]:
     raw = f.obj("logit_bias")
     if not raw:
@@ -193,7 +181,7 @@ def _common(f: Fields, *, default_max: int | None, logprobs: int, min_tokens: in
         include_usage,
         max_tokens,
         n,
-        _stop(f),
+        f.strings("stop", MAX_STOP),
         sampling.validate(),
         _grammar(f),
         session,
