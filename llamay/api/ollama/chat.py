@@ -59,9 +59,7 @@ async def chat(request: Request) -> Response:
         return await _load_or_unload(request, c, chat=True)
     if req.tools and c.grammar is not None:
         raise InvalidRequest("'format' cannot be combined with 'tools'", param="format")
-    lm, load_ns = await use_model(request, c.model, c.keep_alive)
-    params, system = await model_defaults(request, lm)
-    c = c.with_model_defaults(params)
+    lm, load_ns, c, system = await _model(request, c)
     messages = req.messages
     if system and not any(m["role"] == "system" for m in messages):
         messages = [{"role": "system", "content": system}, *messages]
@@ -84,15 +82,21 @@ async def generate(request: Request) -> Response:
     c = req.common
     if not req.prompt:
         return await _load_or_unload(request, c, chat=False)
-    lm, load_ns = await use_model(request, c.model, c.keep_alive)
-    params, system = await model_defaults(request, lm)
-    c = c.with_model_defaults(params)
+    lm, load_ns, c, system = await _model(request, c)
     # A model's own system prompt starts a conversation; a continued one (context) has it.
     req = replace(req, common=c, system=req.system or (None if req.context else system))
     prompt = _generate_prompt(lm, req)
     context = None if req.raw else prompt.tokens
     turn = Turn(c.model or lm.name, lm, c, t0, load_ns, chat=False, context=context)
     return await _run(request, turn, prompt)
+
+
+async def _model(request: Request, c: Common) -> tuple[LoadedModel, int, Common, str | None]:
+    """The model (loaded if need be, and the nanoseconds that took), the request's fields
+    over the model's defaults, and the model's own system prompt."""
+    lm, load_ns = await use_model(request, c.model, c.keep_alive)
+    params, system = await model_defaults(request, lm)
+    return lm, load_ns, c.with_model_defaults(params), system
 
 
 def _think_kwargs(c: Common) -> dict[str, Any]:
