@@ -28,10 +28,12 @@ class Context:
     without changing the context, so many questions (from many threads at once) can share
     one long instruction. `fork()` branches the conversation. `messages` is what it holds.
 
-    Remote, the server holds the context (`/v1/contexts`, `llamay_session`): a turn reads
-    only its new tokens, and `close()` deletes it there. In process, the engine's prefix
-    cache keeps what the conversation computed, so each turn likewise reads only what is
-    new; `close()` has nothing to free. Turns that keep their messages run one at a time.
+    The context is held as a server holds one: remote, by the server (`/v1/contexts`,
+    `llamay_session`); in process, by the LLM's own engine, through the same context
+    service. A turn reads only its new tokens, a fork copies no KV, and `close()` frees
+    it. Turns that keep their messages run one at a time. When the chat template rewrites
+    earlier turns, so that a turn no longer extends what the context holds, the turn is
+    answered without it and a new context is computed for the turns that follow.
     """
 
     def __init__(self, llm: LLM, handle: ContextHandle, messages: list[dict[str, Any]]) -> None:

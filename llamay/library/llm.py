@@ -149,7 +149,7 @@ class LLM:
         conversations = [messages_of(p, opts.system) for p in prompts]
         if not conversations:
             return []
-        if opts.tools and opts.tool_choice != "none" or opts.run_tools:
+        if (opts.tools and opts.tool_choice != "none") or opts.run_tools:
             # Each conversation may take its own number of tool rounds.
             return list(await asyncio.gather(*(collect_chat(self._backend, m, opts) for m in conversations)))
         asks = [Ask(m, opts, output=opts.output) for m in conversations]
@@ -201,8 +201,8 @@ class LLM:
     def context(self, system: str | None = None, messages: Sequence[dict[str, Any]] = ()) -> Context:
         """A conversation whose turns continue one computed prefix: `system` (and any
         `messages`) are computed once, here; each `chat` on the context reads only what is
-        new. Remote, it is a server-held context (`/v1/contexts`); in process, the engine's
-        prefix cache holds it. See `Context`."""
+        new. It is a server-held context: on the server (`/v1/contexts`) when remote, in
+        this process's engine otherwise. See `Context`."""
         return self._loop.run(self._context(system, messages))
 
     async def acontext(self, system: str | None = None, messages: Sequence[dict[str, Any]] = ()) -> Context:
@@ -267,11 +267,14 @@ class Stream:
         self.result: ChatResult | None = None
 
     def __iter__(self) -> Iterator[Chunk]:
-        for item in self._items:
-            if isinstance(item, ChatResult):
-                self.result = item
-            else:
-                yield item
+        try:
+            for item in self._items:
+                if isinstance(item, ChatResult):
+                    self.result = item
+                else:
+                    yield item
+        finally:
+            self.close()  # a loop left early stops the generation now, not when collected
 
     def close(self) -> None:
         """Stop generation now (as leaving the loop early does)."""
@@ -285,7 +288,8 @@ class Stream:
 
 
 class AsyncStream:
-    """`Stream` for `async for`."""
+    """`Stream` for `async for`. An `async for` left early stops the generation once the
+    iterator is collected; `await stream.aclose()` stops it at once."""
 
     def __init__(self, items: AsyncIterator[Chunk | ChatResult]) -> None:
         self._items = items
@@ -295,11 +299,14 @@ class AsyncStream:
         return self._chunks()
 
     async def _chunks(self) -> AsyncIterator[Chunk]:
-        async for item in self._items:
-            if isinstance(item, ChatResult):
-                self.result = item
-            else:
-                yield item
+        try:
+            async for item in self._items:
+                if isinstance(item, ChatResult):
+                    self.result = item
+                else:
+                    yield item
+        finally:
+            await self.aclose()
 
     async def aclose(self) -> None:
         """Stop generation now."""

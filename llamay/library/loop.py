@@ -17,6 +17,8 @@ import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
+from ..errors import InvalidRequest
+
 __all__ = ["LoopThread"]
 
 T = TypeVar("T")
@@ -43,7 +45,7 @@ class LoopThread:
         """Schedule `coro` on the loop; its future can be waited on from any thread."""
         if self._closed:
             coro.close()
-            raise RuntimeError("this LLM is closed")
+            raise InvalidRequest("this LLM is closed")
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:

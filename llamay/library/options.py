@@ -57,6 +57,20 @@ class Options:
 
 
 _FIELDS = {f.name for f in fields(Options)}
+_NUMBER = (int, float)
+_TYPES: dict[str, tuple[type, ...]] = {
+    "system": (str,),
+    "max_tokens": (int,),
+    "temperature": _NUMBER,
+    "top_p": _NUMBER,
+    "top_k": (int,),
+    "min_p": _NUMBER,
+    "seed": (int,),
+    "tool_choice": (str,),
+    "run_tools": (bool,),
+    "max_tool_rounds": (int,),
+    "thinking": (bool, int),
+}
 
 
 def options(**kw: Any) -> Options:
@@ -65,6 +79,12 @@ def options(**kw: Any) -> Options:
     unknown = set(kw) - _FIELDS
     if unknown:
         raise InvalidRequest(f"unknown option {sorted(unknown)[0]!r}", param=sorted(unknown)[0])
+    for name, kinds in _TYPES.items():
+        value = kw.get(name)
+        bad_bool = isinstance(value, bool) and bool not in kinds
+        if value is not None and (bad_bool or not isinstance(value, kinds)):
+            want = " or ".join(k.__name__ for k in kinds)
+            raise InvalidRequest(f"{name} must be {want}, not {value!r}", param=name)
     stop = kw.get("stop")
     if isinstance(stop, str):
         kw["stop"] = (stop,)
@@ -80,7 +100,7 @@ def options(**kw: Any) -> Options:
     if len(set(names)) != len(names):
         raise InvalidRequest("two tools have the same name", param="tools")
     kw["tools"] = tools
-    opts = Options(**{k: v for k, v in kw.items() if v is not None or k in ("thinking",)})
+    opts = Options(**{k: v for k, v in kw.items() if v is not None})
     _check(opts)
     return opts
 
@@ -107,7 +127,7 @@ def _check(o: Options) -> None:
             )
     from ..types import SamplingParams
 
-    SamplingParams(**{k: v for k, v in o.sampling_given().items()}).validate()  # ranges, named
+    SamplingParams(**o.sampling_given()).validate()  # ranges, each error naming its option
 
 
 def messages_of(prompt: MessagesIn, system: str | None) -> list[dict[str, Any]]:
@@ -134,8 +154,8 @@ def messages_of(prompt: MessagesIn, system: str | None) -> list[dict[str, Any]]:
 
 @dataclass
 class ContextHandle:
-    """A backend's hold on a context: remote, the server's context id; in process, None
-    (the prefix cache keeps what the conversation computed)."""
+    """A backend's hold on a context: its id in the engine that holds it (None once
+    closed)."""
 
     id: str | None = None
     stale: bool = False  # the context no longer holds the conversation's prefix

@@ -3,6 +3,7 @@ OpenAI-compatible routes (chat completions streamed as SSE, completions, context
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -11,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from ..errors import Conflict, EngineError
+from ..errors import Conflict, EngineError, LlamayError
 from .backend import ContextHandle, Reply
 from .options import Ask, Options
 from .remote_wire import chat_body, completion_body, error_from, score_results, sse_events
@@ -28,6 +29,7 @@ class RemoteBackend:
         self._client = client
         self.model = model
         self.name = name
+        self._open: set[str] = set()  # contexts made here and not closed yet
 
     @classmethod
     async def open(cls, url: str, model: str | None, api_key: str | None, timeout: float) -> RemoteBackend:
@@ -163,18 +165,21 @@ class RemoteBackend:
     # -- contexts --------------------------------------------------------------------------
     async def open_context(self, messages: list[dict[str, Any]]) -> ContextHandle:
         body = await _json(self._client, "POST", "/v1/contexts", {"model": self.model, "messages": messages})
+        self._open.add(str(body["id"]))
         return ContextHandle(str(body["id"]))
 
     async def fork_context(self, handle: ContextHandle, messages: list[dict[str, Any]]) -> ContextHandle:
         if handle.id is None or handle.stale:
             return await self.open_context(messages)
         body = await _json(self._client, "POST", f"/v1/contexts/{handle.id}/fork", params={"n": "1"})
+        self._open.add(str(body["data"][0]["id"]))
         return ContextHandle(str(body["data"][0]["id"]))
 
     async def close_context(self, handle: ContextHandle) -> None:
         if handle.id is not None:
-            await _json(self._client, "DELETE", f"/v1/contexts/{handle.id}")
-            handle.id = None
+            cid, handle.id = handle.id, None
+            self._open.discard(cid)
+            await _json(self._client, "DELETE", f"/v1/contexts/{cid}")
 
     async def stats(self) -> dict[str, Any]:
         body = await _json(self._client, "GET", "/v1/stats")
@@ -183,7 +188,14 @@ class RemoteBackend:
         return dict(found)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        """Delete the contexts this LLM made and did not close, then drop the connections."""
+        try:
+            for cid in list(self._open):
+                with contextlib.suppress(LlamayError):  # gone already, or the server is
+                    await _json(self._client, "DELETE", f"/v1/contexts/{cid}")
+        finally:
+            self._open.clear()
+            await self._client.aclose()
 
 
 async def _json(

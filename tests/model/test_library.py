@@ -63,15 +63,43 @@ def test_stream_gives_the_same_text_as_chat(llm: llamay.LLM) -> None:
     assert stream.result.usage.completion_tokens == 16
 
 
-def test_leaving_a_stream_early_aborts_its_generation(llm: llamay.LLM) -> None:
-    before = llm.stats()["aborted"]
-    for _ in llm.stream("Tell me a 9 part story.", max_tokens=2000, **GREEDY):
-        break
-    for _ in range(600):  # the engine notices within a step
-        if llm.stats()["aborted"] > before:
+def _wait_aborted(llm: llamay.LLM, count: int) -> int:
+    """The engine's count of aborted requests once it reaches `count` (it notices an abort
+    within a step), or after a minute."""
+    for _ in range(1200):
+        if llm.stats()["aborted"] >= count:
             break
         asyncio.run(asyncio.sleep(0.05))
-    assert llm.stats()["aborted"] == before + 1
+    return int(llm.stats()["aborted"])
+
+
+def test_leaving_a_stream_early_aborts_its_generation(llm: llamay.LLM) -> None:
+    before = llm.stats()["aborted"]
+    stream = llm.stream("Tell me a 9 part story.", max_tokens=2000, **GREEDY)
+    for _ in stream:  # the stream itself stays referenced: leaving the loop must be enough
+        break
+    assert _wait_aborted(llm, before + 1) == before + 1
+
+    async def main() -> None:
+        astream = llm.astream("Tell me a 9 part story.", max_tokens=2000, **GREEDY)
+        async for _ in astream:
+            break
+        await astream.aclose()
+
+    asyncio.run(main())
+    assert _wait_aborted(llm, before + 2) == before + 2
+
+    async def cancelled() -> None:
+        task = asyncio.ensure_future(llm.achat("Tell me a 9 part story.", max_tokens=2000, **GREEDY))
+        engine = llm._backend.lm.engine  # type: ignore[attr-defined]
+        while engine.running == 0:  # cancel once the engine is generating it
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancelled())
+    assert _wait_aborted(llm, before + 3) == before + 3
 
 
 # -- typed outputs ---------------------------------------------------------------------------
@@ -318,3 +346,13 @@ def test_a_context_survives_a_template_that_rewrites_history(tiny_think_model_pa
         assert ctx.id not in (None, first_id)  # computed again, for the turns to come
         c = ctx.chat("And 4 plus 4?", max_tokens=24, **GREEDY)
         assert c.usage.cached > 0 and c.text == think.chat(c.messages[:-1], max_tokens=24, **GREEDY).text
+
+
+def test_closing_leaves_nothing_behind(tiny_model_path: Path) -> None:
+    with llamay.LLM(str(tiny_model_path), ctx=1024) as other:
+        other.context(system="Left open, on purpose.")
+        folder = other._backend._folder  # type: ignore[attr-defined]
+        assert folder.exists()
+    assert not folder.exists()  # contexts deleted, nothing saved, the folder removed
+    with pytest.raises(InvalidRequest):
+        other.chat("hi")

@@ -121,6 +121,10 @@ def test_a_context_lives_on_the_server(server: ServerProc, remote: llamay.LLM, l
     assert ctx.id is None and fork.id is None
     listed = {c["id"] for c in httpx.get(f"{server.base}/v1/contexts").json()["data"]}
     assert not ids & listed  # deleted on the server
+    with llamay.LLM(url=server.base) as other:
+        left = other.context(system="Left open.").id
+        assert httpx.get(f"{server.base}/v1/contexts/{left}").status_code == 200
+    assert httpx.get(f"{server.base}/v1/contexts/{left}").status_code == 404  # closing the LLM deleted it
 
 
 def test_server_errors_are_llamay_errors(remote: llamay.LLM) -> None:

@@ -179,6 +179,9 @@ def test_messages_of() -> None:
         ({"tools": [weather, weather]}, "tools"),
         ({"colour": "red"}, "colour"),
         ({"thinking": -5}, "thinking"),
+        ({"max_tokens": "5"}, "max_tokens"),
+        ({"temperature": True}, "temperature"),
+        ({"run_tools": 1}, "run_tools"),
     ],
 )
 def test_bad_options_are_refused_naming_the_option(kw: dict[str, object], param: str) -> None:
