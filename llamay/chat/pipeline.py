@@ -92,7 +92,8 @@ def text_prompt(
 class RunSpec:
     """How to generate, whatever API asked. `keep_tokens`: keep each choice's token
     events (for log-probs). `prompt_logprobs`: score the prompt's own tokens with that many
-    alternatives. `default_max`: the limit for constrained output that sets none."""
+    alternatives, from prompt token `score_from` on (the tokens before it may share a
+    cached prefix). `default_max`: the limit for constrained output that sets none."""
 
     sampling: SamplingParams = field(default_factory=SamplingParams)
     max_tokens: int | None = None
@@ -102,6 +103,7 @@ class RunSpec:
     cache_prompt: bool = True
     keep_tokens: bool = False
     prompt_logprobs: int | None = None
+    score_from: int = 1
     default_max: int = 2048
 
 
@@ -346,6 +348,7 @@ def requests_for(
                 repetition=spec.repetition,
                 cache=spec.cache_prompt,
                 prompt_logprobs=spec.prompt_logprobs,
+                score_from=spec.score_from,
             )
         )
     return out

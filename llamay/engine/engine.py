@@ -248,11 +248,14 @@ class Engine:
                 seq.activate(self.model.compile_cache)
             # The last two prompt tokens are always recomputed: the last one's logits start
             # generation, and computing it alone would change them (see engine/scheduler.py).
-            # Scoring the prompt needs every position's logits, which a shared prefix lacks.
-            share = req.cache and req.prompt_logprobs is None
+            # Scoring the prompt needs the logits of every position from the one before
+            # the first scored token on, which a shared prefix lacks.
+            limit = len(seq.tokens) - 2
+            if req.prompt_logprobs is not None:
+                limit = min(limit, max(0, req.score_from - 1))
             context_id = req.session.context_id if req.session is not None else None
             seq.n_past = seq.n_cached = self.kv.attach(
-                seq_id, seq.tokens, len(seq.tokens) - 2, context_id=context_id, share=share
+                seq_id, seq.tokens, limit, context_id=context_id, share=req.cache
             )
         except Exception as exc:
             self.kv.release(seq_id)
@@ -285,7 +288,8 @@ class Engine:
             last = sl.start + sl.count - 1
             score = s.request.prompt_logprobs is not None
             for pos in range(sl.start, sl.start + sl.count):
-                keep = score and pos + 1 < s.n_prompt  # this row scores prompt token pos + 1
+                # This row scores prompt token pos + 1.
+                keep = score and s.request.score_from <= pos + 1 < s.n_prompt
                 row = batch.add(s.tokens[pos], pos, s.seq_id, keep or (sl.logits and pos == last))
                 if keep:
                     scored.append((s, pos, row))
@@ -366,7 +370,8 @@ class Engine:
         tail = "" if reason == "abort" else s.text.flush()
         usage = Usage(s.n_prompt, n_gen, s.n_cached)
         scores = None
-        if s.request.prompt_logprobs is not None and len(s.prompt_scores) == s.n_prompt - 1:
+        first = max(1, s.request.score_from)
+        if s.request.prompt_logprobs is not None and len(s.prompt_scores) == s.n_prompt - first:
             scores = tuple(s.prompt_scores)
         self._safe_sink(s.sink, FinishEvent(reason, usage, tail, message, extra, scores))
 

@@ -72,6 +72,9 @@ class GenerateRequest:
     # prompt position is then computed (no cached prefix is shared in: its logits are gone)
     # and the FinishEvent carries the scores.
     prompt_logprobs: int | None = None
+    # With prompt_logprobs: the first prompt token to score (at least 1). The tokens before
+    # it may come from a cached prefix, so continuations of one prompt share its KV.
+    score_from: int = 1
     id: int = field(default_factory=lambda: next(_ids))
 
 

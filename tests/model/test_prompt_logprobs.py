@@ -79,3 +79,23 @@ def test_scores_ignore_the_prefix_cache(model: Model, engine: Engine) -> None:
     _, warm = run(engine, GenerateRequest(prompt, req.sampling, req.stop, prompt_logprobs=2))  # cached now
     assert cold.prompt_logprobs == warm.prompt_logprobs
     assert warm.usage.cached_tokens == 0
+
+
+def test_scoring_from_a_token_shares_the_cached_prefix(model: Model, engine: Engine) -> None:
+    head = model.tokenize("Once upon a time the old river ran down to the sea " * 2, add_special=False)
+    tail = model.tokenize(" and the fish swam home", add_special=False)
+    greedy = SamplingParams(temperature=0)
+    _, whole = run(
+        engine, GenerateRequest(head + tail, greedy, StopSpec(max_tokens=0), prompt_logprobs=3, cache=False)
+    )
+    run(engine, GenerateRequest(head, greedy, StopSpec(max_tokens=0)))  # the prompt, cached
+    req = GenerateRequest(
+        head + tail, greedy, StopSpec(max_tokens=0), prompt_logprobs=3, score_from=len(head)
+    )
+    _, shared = run(engine, req)
+    assert shared.usage.cached_tokens > 0  # the prompt's KV was shared in, not recomputed
+    assert whole.prompt_logprobs is not None and shared.prompt_logprobs is not None
+    assert len(shared.prompt_logprobs) == len(tail)
+    for got, want in zip(shared.prompt_logprobs, whole.prompt_logprobs[len(head) - 1 :], strict=True):
+        assert got.token == want.token and [t.token for t in got.top] == [t.token for t in want.top]
+        assert got.logprob == pytest.approx(want.logprob, abs=1e-4)
