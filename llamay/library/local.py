@@ -11,7 +11,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -178,17 +178,19 @@ class LocalBackend:
         for c, tail in zip(continuations, tails, strict=True):
             if not tail:
                 raise InvalidRequest(f"continuation {c!r} has no tokens", param="continuations")
-        # Reading only (max_tokens 0), every position scored with its best alternative (to
-        # tell whether the continuation is the greedy one), all continuations in one batch.
-        # Not kept in the prefix cache: nothing later continues a scored text.
-        spec = RunSpec(SamplingParams(temperature=0.0), max_tokens=0, prompt_logprobs=1, cache_prompt=False)
+        # The prompt is computed once and kept in the prefix cache; then every continuation,
+        # in one batch, shares its KV and scores only its own tokens (each with its best
+        # alternative, to tell whether it is the greedy one).
+        read = RunSpec(SamplingParams(temperature=0.0), max_tokens=0)
+        await (await start(self.lm, Prompt(head), read)).collect()
+        spec = replace(read, prompt_logprobs=1, score_from=len(head))
         gen = await start_batch(self.lm, [Prompt(head + t) for t in tails], spec)
         out = []
         for text, tail, choice in zip(continuations, tails, await gen.collect(), strict=True):
             scores = choice.finish.prompt_logprobs
             if scores is None:
                 raise EngineError("the continuation could not be scored (the KV cache is full?)")
-            mine = scores[len(head) - 1 :]  # entry i scores token i + 1 of prompt + continuation
+            mine = scores  # entry i scores token i of the continuation
             if len(mine) != len(tail):
                 raise EngineError("the engine scored a different number of tokens than it was given")
             lps = [s.logprob for s in mine]
