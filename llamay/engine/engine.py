@@ -156,10 +156,6 @@ class Engine:
         callers written before `kv`; new code uses the KvManager's context methods."""
         return self.kv.contexts
 
-    def acquire_seq(self) -> int | None:
-        """A free sequence id (engine thread only); kept for callers written before `kv`."""
-        return self.kv.acquire()
-
     def call(self, fn: Callable[[], T]) -> Future[T]:
         """Run `fn` on the engine thread between steps (for KV and context operations)."""
         fut: Future[T] = Future()
