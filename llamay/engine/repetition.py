@@ -89,13 +89,17 @@ class NgramPenalty:
         self._out: np.ndarray | None = None  # reused output buffer (see penalize)
 
     def penalties(self, history: list[int]) -> dict[int, float]:
+        return self._penalties(history, growing=False)
+
+    def _penalties(self, history: list[int], *, growing: bool) -> dict[int, float]:
+        """`growing`: `history` is known to extend the last call's (see `_index`)."""
         p = self.params
         a = p.allowed_length
         end = len(history) - 1  # the last token's position
         start = max(0, len(history) - p.window)
         if end - start < a:
             return {}
-        occurrences = self._index(history, start)[history[end]]
+        occurrences = self._index(history, start, growing)[history[end]]
         structural = self._structural
         found: dict[int, tuple[int, int]] = {}  # continuation -> (longest match, copies so far)
         # Only an earlier occurrence at j with start + a - 1 <= j < end + 1 - a can match
@@ -116,20 +120,25 @@ class NgramPenalty:
                 found[nxt] = (max(best, length), copies + (length >= self.SOURCE_GRAM - 1))
         out: dict[int, float] = {}
         g = self.SOURCE_GRAM
+        gram_fits = end - start + 1 >= g - 1
         for nxt, (length, copies) in found.items():
             # Continuing with `nxt` copies the prompt, and the output has not yet copied
             # that run as often as the prompt holds it (the first copy is free, the Nth not).
-            copying = end - start + 1 >= g - 1 and copies < self._source.get((*history[end - g + 2 :], nxt), 0)
+            copying = gram_fits and copies < self._source.get((*history[end - g + 2 :], nxt), 0)
             if not copying:
                 out[nxt] = p.multiplier * p.base ** (length - p.allowed_length)
         return out
 
-    def _index(self, history: list[int], start: int) -> defaultdict[int, list[int]]:
-        """Token -> its positions in `history` (ascending), complete from `start` on."""
+    def _index(self, history: list[int], start: int, growing: bool) -> defaultdict[int, list[int]]:
+        """Token -> its positions in `history` (ascending), complete from `start` on.
+
+        When `history` extends the last one only the new tokens are indexed. Unless the
+        caller says it does (`growing`), that is checked on the last window; the check
+        reads every token of it, which costs as much as the rest of a step when the
+        tokens' objects have left the CPU caches (as they have after a model decode)."""
         seen, known, at = len(self._history), self._history, self._at
-        w = self.params.window
-        # Extending the last history (checked on its window, in C): index the new tokens.
-        if len(history) >= seen and history[max(0, seen - w) : seen] == known[max(0, seen - w) :]:
+        lo = max(0, seen - self.params.window)
+        if len(history) >= seen and (growing or history[lo:seen] == known[lo:]):
             first = seen
             known.extend(history[seen:])
         else:
@@ -153,12 +162,13 @@ class NgramPenalty:
         would cost more than the rest of the penalty), needed with `pieces`. The first
         such call starts the JSON scan: `history` so far is text before the constraint
         began, skipped, and `prefix` is the constrained text it already holds (a trigger
-        that is itself the start of the JSON).
+        that is itself the start of the JSON). With them the n-gram search too takes
+        `history` to extend the last call's.
 
         The result is `logits` itself when nothing is penalised, else a buffer this
         penalty reuses: valid until its next call."""
-        pens = self.penalties(history)
-        pushed = _NO_IDS
+        pens = self._penalties(history, growing=pieces is not None and allowed is not None)
+        pushed: list[int] = []
         if pieces is not None and allowed is not None:
             if self.siblings is None:
                 self.siblings = ArraySiblings(pieces, start=len(history), prefix=prefix)
@@ -167,12 +177,12 @@ class NgramPenalty:
             if pens:
                 siblings.note_echo(logits, pens, allowed)
             pushed = siblings.pushed(allowed)
-        if not pens and not len(pushed):
+        if not pens and not pushed:
             return logits
         out = self._buffer(logits)
-        if len(pushed):
+        if pushed:
             if pens:  # summed first, as one penalty: a token in both gets one rounding
-                for tok in pushed.tolist():
+                for tok in pushed:
                     pens[tok] = pens.get(tok, 0.0) + SIBLING_PENALTY
             else:
                 out[pushed] -= np.float32(SIBLING_PENALTY)
@@ -191,9 +201,6 @@ class NgramPenalty:
         return out
 
 
-_NO_IDS = np.empty(0, dtype=np.int64)
-
-
 class PackedMask:
     """llguidance's packed token mask (bit t%32 of word t//32 set: token t allowed), read
     one token at a time without unpacking it."""
@@ -201,12 +208,21 @@ class PackedMask:
     def __init__(self, words: np.ndarray, n_vocab: int) -> None:
         self.words = words.view(np.uint32)
         self.n = n_vocab
+        self._ints: memoryview | None = None
+
+    @property
+    def ints(self) -> memoryview:
+        """The words as Python ints, one at a time: far cheaper than numpy scalars for the
+        handful of tokens read per step."""
+        if self._ints is None:
+            self._ints = np.ascontiguousarray(self.words).data.cast("B").cast("I")
+        return self._ints
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, token: int) -> bool:
-        return 0 <= token < self.n and bool((int(self.words[token >> 5]) >> (token & 31)) & 1)
+        return 0 <= token < self.n and bool((self.ints[token >> 5] >> (token & 31)) & 1)
 
     def any_of(self, ids: np.ndarray) -> bool:
         ids = ids[ids < self.n]
@@ -380,22 +396,19 @@ class ArraySiblings:
 
     def penalties(self, pens: dict[int, float], allowed: np.ndarray | PackedMask) -> dict[int, float]:
         pushed = self.pushed(allowed)
-        if not len(pushed):
+        if not pushed:
             return pens
         out = dict(pens)
-        for tok in pushed.tolist():
+        for tok in pushed:
             out[tok] = out.get(tok, 0.0) + SIBLING_PENALTY
         return out
 
-    def pushed(self, allowed: np.ndarray | PackedMask) -> np.ndarray:
+    def pushed(self, allowed: np.ndarray | PackedMask) -> list[int]:
         """The allowed tokens that `penalties` pushes down by SIBLING_PENALTY (ascending)."""
         depth = self.spent_depth()
         if depth is None:
-            return _NO_IDS
-        openers = self._openers(depth)
-        if not len(openers.ids):
-            return _NO_IDS
-        return openers.ids[openers.allowed(allowed)]
+            return []
+        return self._openers(depth).allowed(allowed)
 
     def _openers(self, depth: int) -> _Openers:
         """Tokens that would put a `,` directly into the array at `depth` from the scan's
@@ -418,16 +431,16 @@ class ArraySiblings:
 
 
 class _Openers:
-    """Token ids (ascending) with their packed-mask word and bit, so that which of them
-    a mask allows is three array operations."""
+    """Token ids (ascending), each with its packed-mask word and bit, so that which of them
+    a mask allows is read without a numpy call per token."""
 
     def __init__(self, ids: np.ndarray) -> None:
         self.ids = ids
-        self.words = ids >> 5
-        self.shifts = (ids & 31).astype(np.uint32)
+        self.bits = [(t, t >> 5, 1 << (t & 31)) for t in ids.tolist()]
 
-    def allowed(self, allowed: np.ndarray | PackedMask) -> np.ndarray:
-        """One bool per id: the grammar allows it."""
-        if not isinstance(allowed, PackedMask) or not len(self.ids) or self.ids[-1] >= allowed.n:
-            return _allowed_at(allowed, self.ids)
-        return ((allowed.words[self.words] >> self.shifts) & 1).astype(bool)
+    def allowed(self, allowed: np.ndarray | PackedMask) -> list[int]:
+        """The ids the grammar allows."""
+        if not isinstance(allowed, PackedMask) or (self.bits and self.bits[-1][0] >= allowed.n):
+            return self.ids[_allowed_at(allowed, self.ids)].tolist()
+        words = allowed.ints
+        return [t for t, word, bit in self.bits if words[word] & bit]

@@ -116,7 +116,7 @@ def test_a_packed_mask_pushes_down_the_same_siblings_as_a_bool_mask() -> None:
             sib = ArraySiblings(PIECES)
             sib.advance(history)
             sib.scan.stack[0][1] = True
-            results.append(sib.pushed(mask).tolist())
+            results.append(list(sib.pushed(mask)))
         assert results[0] == results[1] == ([5] if allowed[5] else [])
 
 
@@ -132,3 +132,21 @@ def test_a_token_both_echoed_and_pushed_takes_both_penalties_at_once() -> None:
     logits = np.full(5, 0.3, dtype=np.float32)
     out = pen.penalize(logits, history, [b"a", b"b", b"c,", b"[", b'"'], allowed)
     assert out[2] == np.float32(0.3) - np.float32(0.8 * 1.75 + SIBLING_PENALTY)
+
+
+def test_penalize_on_a_growing_history_penalises_as_if_searched_from_scratch() -> None:
+    # With pieces and a mask the penalty takes each history to extend the last one.
+    rng = random.Random(7)
+    params = RepetitionParams(multiplier=1.0, base=2.0)
+    source = [rng.randrange(len(PIECES)) for _ in range(30)]
+    pen = NgramPenalty(params, STRUCT, source)
+    history: list[int] = []
+    everything = np.ones(len(PIECES), dtype=bool)
+    for _ in range(150):
+        history.append(rng.choice([0, 1, 2, 0, 1, 3, 6]))
+        out = pen.penalize(np.zeros(len(PIECES), dtype=np.float32), list(history), PIECES, everything)
+        # No JSON array is ever opened here, so the n-gram penalty is all there is.
+        expected = np.zeros(len(PIECES), dtype=np.float32)
+        for tok, value in reference(params, history, source).items():
+            expected[tok] -= np.float32(value)
+        assert out.tolist() == expected.tolist()
