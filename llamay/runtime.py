@@ -35,7 +35,9 @@ class RuntimeConfig:
     constrained output (schema, grammar, tools) whose request sets no limit and whose
     schema does not bound it. `temperature`, `top_p`, `top_k`, `min_p` and `repeat_penalty`
     (None: unset) are the server's sampling defaults: over a model's GGUF
-    `general.sampling.*`, under each request's own values."""
+    `general.sampling.*`, under each request's own values. `finish_tool` ("off" or "auto"):
+    whether an OpenAI chat request with tool_choice "required" that does not set
+    `finish_tool` gets the finish tool."""
 
     ctx: int = 0
     batch: int = 512
@@ -52,6 +54,7 @@ class RuntimeConfig:
     top_k: int | None = None
     min_p: float | None = None
     repeat_penalty: float | None = None
+    finish_tool: str = "off"
 
 
 class LoadRefused(Conflict):

@@ -4,7 +4,7 @@ calls on the way back. Knows protocols' common ground, not their JSON shapes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..engine.request import ConstraintPlan
@@ -27,13 +27,28 @@ from .traits import Traits
 if TYPE_CHECKING:
     from ..runtime import LoadedModel
 
-__all__ = ["ChatOptions", "ChatSetup", "ChatOutput", "Piece", "prepare_chat", "model_traits", "output_limit"]
+__all__ = [
+    "ChatOptions",
+    "ChatSetup",
+    "ChatOutput",
+    "Piece",
+    "prepare_chat",
+    "model_traits",
+    "output_limit",
+    "FINISH_TOOL_MODES",
+    "with_finish_default",
+]
+
+# The server's `-finish-tool`: "off" adds the finish tool only when a request asks for it;
+# "auto" also adds it to "required" requests that do not say.
+FINISH_TOOL_MODES = ("off", "auto")
 
 
 @dataclass(frozen=True)
 class ChatOptions:
     """What a chat request asks for, whatever API it came through. `finish_tool`: False,
-    True, or the name of one of `tools` that ends the turn. `parallel_tool_calls`: None
+    True, or the name of one of `tools` that ends the turn; None (unsaid) is off unless the
+    route put the server's default in (`with_finish_default`). `parallel_tool_calls`: None
     (the request did not say) means what the model's template supports."""
 
     messages: list[dict[str, Any]]
@@ -44,7 +59,16 @@ class ChatOptions:
     thinking: bool = True
     thinking_budget: int | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
-    finish_tool: bool | str | None = None  # None: the server default (on for "required")
+    finish_tool: bool | str | None = None  # None: unsaid; off
+
+
+def with_finish_default(opts: ChatOptions, mode: str) -> ChatOptions:
+    """`opts` with an unsaid `finish_tool` set from the server's mode (FINISH_TOOL_MODES).
+    "required" means a call of the caller's tools, as OpenAI defines it, so the finish tool
+    (an exit without any call) comes only when the request or the server operator asks."""
+    if opts.finish_tool is not None:
+        return opts
+    return replace(opts, finish_tool=mode == "auto" and opts.tool_choice.mode == "required")
 
 
 def model_traits(lm: LoadedModel) -> Traits:
@@ -93,8 +117,7 @@ def _with_finish_tool(opts: ChatOptions) -> tuple[list[ToolSpec], str | None]:
                 f"'finish_tool' names '{choice}', which is not one of the tools", param="finish_tool"
             )
         return tools, choice
-    wanted = choice if choice is not None else opts.tool_choice.mode == "required"
-    if not wanted or opts.tool_choice.mode in ("none", "function"):
+    if not choice or opts.tool_choice.mode in ("none", "function"):
         return tools, None
     if FINISH_TOOL.name in names:
         raise InvalidRequest(

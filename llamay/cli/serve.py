@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,15 @@ def add_parser(sub: Any) -> None:
         default=2048,
         help="limit for constrained output (schema, grammar, tools) when a request sets none and the "
         "schema does not bound it (default 2048)",
+    )
+    flag(
+        p,
+        "finish-tool",
+        dest="finish_tool",
+        default=os.environ.get("LLAMAY_FINISH_TOOL", "off"),
+        help='"auto" adds a finish tool to chat requests with tool_choice "required" that do not set '
+        "finish_tool, so the model may end an agent loop without a call; off (the default): only "
+        "requests that ask get it ($LLAMAY_FINISH_TOOL)",
     )
     flag(p, "threads", type=int, default=0, help="CPU threads (default: all cores)")
     for name, kind, field in _SAMPLING_FLAGS:
@@ -196,6 +206,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from ..api.app import create_app
     from ..auth import KeyRing
+    from ..chat.flow import FINISH_TOOL_MODES
     from ..runtime import Runtime, RuntimeConfig, load_model
     from ..store import ModelStore, llamay_home
 
@@ -204,6 +215,8 @@ def run_serve(args: argparse.Namespace) -> int:
         host, port = parse_addr(args.addr)
         if args.max_tokens < 1:
             raise ValueError(f"-max-tokens must be at least 1, not {args.max_tokens}")
+        if args.finish_tool not in FINISH_TOOL_MODES:  # the flag, or $LLAMAY_FINISH_TOOL
+            raise ValueError(f"-finish-tool must be off or auto, not {args.finish_tool!r}")
         keys = KeyRing.load(args.keys)
         name, path, sha = resolve_model(args.model)
         config = RuntimeConfig(
@@ -217,6 +230,7 @@ def run_serve(args: argparse.Namespace) -> int:
             chat_template_file=args.chat_template,
             home=llamay_home(),
             max_tokens=args.max_tokens,
+            finish_tool=args.finish_tool,
             **sampling_flags(args),
         )
         loaded = load_model(name, path, config, sha)

@@ -68,10 +68,11 @@ SCHEMAS = {"get_weather": WEATHER["function"]["parameters"], "get_time": TIME["f
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_required_without_finish_tool_always_calls_a_valid_tool(server: ServerProc, seed: int) -> None:
+def test_required_always_calls_a_valid_tool(server: ServerProc, seed: int) -> None:
+    # No finish tool unless asked: "required" is a call of the caller's tools, as on OpenAI.
     r = client_for(server).chat.completions.create(
         model="", messages=ASK, tools=[WEATHER, TIME], tool_choice="required", temperature=1.0, seed=seed,
-        max_tokens=1000, parallel_tool_calls=False, extra_body={"finish_tool": False},
+        max_tokens=1000, parallel_tool_calls=False,
     )  # fmt: skip
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls"
@@ -104,7 +105,7 @@ def test_required_with_finish_tool_never_ends_in_plain_text(server: ServerProc) 
     for seed in range(4):
         r = client_for(server).chat.completions.create(
             model="", messages=ASK, tools=[WEATHER], tool_choice="required", temperature=1.0, seed=seed,
-            max_tokens=1000, parallel_tool_calls=False,
+            max_tokens=1000, parallel_tool_calls=False, extra_body={"finish_tool": True},
         )  # fmt: skip
         choice = r.choices[0]
         if choice.message.tool_calls:
@@ -114,6 +115,27 @@ def test_required_with_finish_tool_never_ends_in_plain_text(server: ServerProc) 
         else:  # the model called `finish`: its summary is the answer, with no visible call
             # (random weights may write a summary longer than max_tokens: then it is cut off)
             assert choice.finish_reason in ("stop", "length") and isinstance(choice.message.content, str)
+
+
+def prompt_tokens(s: ServerProc, **extra: object) -> int:
+    r = client_for(s).chat.completions.create(
+        model="", messages=ASK, tools=[WEATHER], tool_choice="required", temperature=0, max_tokens=1,
+        extra_body=extra,
+    )  # fmt: skip
+    assert r.usage is not None
+    return r.usage.prompt_tokens
+
+
+def test_finish_tool_is_offered_when_asked_or_by_the_server(
+    server: ServerProc, tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # The finish tool is rendered into the prompt beside the caller's: it costs prompt tokens.
+    bare, asked = prompt_tokens(server), prompt_tokens(server, finish_tool=True)
+    assert asked > bare == prompt_tokens(server, finish_tool=False)
+    home = tmp_path_factory.mktemp("home")
+    with start_server(tiny_model_path, "-ctx", "4096", home=home, env={"LLAMAY_FINISH_TOOL": "auto"}) as auto:
+        assert prompt_tokens(auto) == asked
+        assert prompt_tokens(auto, finish_tool=False) == bare
 
 
 def test_streamed_tool_call_deltas_match_the_whole_answer(server: ServerProc) -> None:

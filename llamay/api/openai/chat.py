@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ...chat.defaults import sampling_defaults
-from ...chat.flow import Piece
+from ...chat.flow import Piece, with_finish_default
 from ...chat.pipeline import Choice, Delta, Done, Generation, RunSpec, chat_prompt, start
 from ...errors import LlamayError
 from ...runtime import Runtime
@@ -49,7 +49,7 @@ async def chat_completions(request: Request) -> Response:
     # The model's and the server's sampling defaults, under what the request set.
     req = replace(req, common=with_defaults(req.common, await sampling_defaults(runtime, lm)))
     req.common.sampling.validate(lm.model.n_vocab)  # logit_bias ids must be in this vocabulary
-    prompt = chat_prompt(lm, req.options)
+    prompt = chat_prompt(lm, with_finish_default(req.options, runtime.config.finish_tool))
     spec = run_spec(req.common, runtime, keep_tokens=req.logprobs)
     async with held_context(request, lm, req.common.session) as held:
         gen = await start(lm, prompt, spec, held=held)
