@@ -15,6 +15,7 @@ __all__ = [
     "new_id",
     "usage_json",
     "chat_logprob_json",
+    "chat_logprobs_json",
     "chat_response",
     "chat_chunk",
     "completion_response",
@@ -22,6 +23,9 @@ __all__ = [
     "Echo",
     "completion_chunk",
     "finish_reason",
+    "finish_extra",
+    "chat_message",
+    "finish_chunk",
     "usage_chunk",
 ]
 
@@ -76,6 +80,17 @@ def chat_logprob_json(event: TokenEvent) -> dict[str, Any]:
     }
 
 
+def chat_logprobs_json(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """A chat choice's logprobs object: `refusal` is required by OpenAI's schema, and null
+    here because a local model has no refusal channel."""
+    return {"content": entries, "refusal": None}
+
+
+def chat_message(content: str | None) -> dict[str, Any]:
+    """An assistant message as OpenAI's schema requires it (`refusal` included)."""
+    return {"role": "assistant", "content": content, "refusal": None}
+
+
 def chat_response(
     rid: str, model: str, choices: list[tuple[str, FinishEvent, list[TokenEvent] | None]]
 ) -> dict[str, Any]:
@@ -88,8 +103,8 @@ def chat_response(
         "choices": [
             {
                 "index": i,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": {"content": [chat_logprob_json(e) for e in events]}
+                "message": chat_message(text),
+                "logprobs": chat_logprobs_json([chat_logprob_json(e) for e in events])
                 if events is not None
                 else None,
                 "finish_reason": finish_reason(fin),
@@ -121,13 +136,25 @@ def chat_chunk(
             {
                 "index": index,
                 "delta": delta,
-                "logprobs": {"content": logprobs} if logprobs is not None else None,
+                "logprobs": chat_logprobs_json(logprobs) if logprobs is not None else None,
                 "finish_reason": finish,
             }
         ],
     }
     if with_usage_field:
         chunk["usage"] = None
+    return chunk
+
+
+def finish_chunk(chunk: dict[str, Any], event: FinishEvent, check: dict[str, Any] | None) -> dict[str, Any]:
+    """`chunk`, the last of one choice's stream, completed with what the whole response says
+    of that choice: why it ended early, its schema check, and its own usage (always, so a
+    client that did not ask for the usage chunk still learns the counts)."""
+    choice = chunk["choices"][0]
+    choice.update(finish_extra(event))
+    if check is not None:
+        choice["schema_check"] = check
+    chunk["usage"] = usage_json([event.usage])
     return chunk
 
 

@@ -64,7 +64,7 @@ async def chat_completions(request: Request) -> Response:
 
 
 def _fill_message(out: dict[str, Any], choice: Choice) -> None:
-    message: dict[str, Any] = {"role": "assistant", "content": choice.content}
+    message = adapter.chat_message(choice.content)
     if choice.reasoning:
         message["reasoning_content"] = choice.reasoning
     if choice.calls:
@@ -143,12 +143,10 @@ def _frames(rid: str, model: str, req: ChatRequest, gen: Generation) -> AsyncIte
         reason = adapter.finish_reason(c.finish)
         if c.calls and c.reason == "stop":
             reason = "tool_calls"
-        last = chunk(c.index, {}, finish=reason)
-        if c.check is not None:
-            last["choices"][0]["schema_check"] = c.check
+        last = adapter.finish_chunk(chunk(c.index, {}, finish=reason), c.finish, c.check)
         return [chunk(c.index, _delta(p)) for p in step.pieces] + [last]
 
-    first = [chunk(i, {"role": "assistant", "content": ""}) for i in range(len(gen.streams))]
+    first = [chunk(i, {"role": "assistant", "content": "", "refusal": None}) for i in range(len(gen.streams))]
     usage = None
     if usage_on:
         usage = lambda us: adapter.usage_chunk(rid, model, created, "chat.completion.chunk", us)  # noqa: E731

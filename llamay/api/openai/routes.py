@@ -102,9 +102,7 @@ def _completion_frames(
             return [chunk(step.index, text, logprobs=lp)]
         c = step.choice
         last = chunk(c.index, "".join(p.text for p in step.pieces), finish=adapter.finish_reason(c.finish))
-        if c.check is not None:
-            last["choices"][0]["schema_check"] = c.check
-        return [last]
+        return [adapter.finish_chunk(last, c.finish, c.check)]
 
     first = [chunk(i, echo) for i in range(len(gen.streams))] if echo else []
     usage = None
