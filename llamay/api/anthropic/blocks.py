@@ -6,18 +6,18 @@ Contract: pieces of one kind in a row form one block ("reasoning" -> thinking,
 "content" -> text, "call" + its "args" -> tool_use). A text block opens only once it
 holds non-whitespace, so whitespace between thinking and a tool call makes no block.
 A thinking block ends with a `signature_delta` (an opaque digest of its text). Tool ids
-read "toolu_...". A tool_use whose input is not a complete JSON object (cut off by
-max_tokens) reports `{}` in the final list (the stream carries the fragments).
+read "toolu_...". A tool_use whose input JSON was cut off by max_tokens reports what it
+has, parsed as far as it goes, in the final list (the stream carries the fragments).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import json
 from typing import Any
 
 from ...chat.flow import Piece
+from .partial import parse_partial
 
 __all__ = ["BlockAssembler", "signature", "tool_id"]
 
@@ -32,10 +32,7 @@ def tool_id(call_id: str) -> str:
 
 
 def _input(args: str) -> dict[str, Any]:
-    try:
-        value = json.loads(args) if args.strip() else {}
-    except ValueError:
-        return {}
+    value = parse_partial(args) if args.strip() else {}
     return value if isinstance(value, dict) else {}
 
 
