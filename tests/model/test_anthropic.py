@@ -16,6 +16,7 @@ import httpx
 import jsonschema
 import pytest
 
+from llamay.api.anthropic.partial import parse_partial
 from tests.serverproc import ServerProc, start_server
 
 KEY = "k-anthropic-test"
@@ -274,3 +275,49 @@ def test_claude_model_ids_mean_the_default_model(server: ServerProc) -> None:
     r = c.messages.create(model="claude-sonnet-4-5", max_tokens=3, messages=ASK, **GREEDY)
     assert r.model == default.model and text_of(r) == text_of(default)
     assert c.messages.count_tokens(model="claude-opus-4-1", messages=ASK).input_tokens > 0
+
+
+def holds_the_start_of(part: dict[str, Any], whole: dict[str, Any]) -> bool:
+    """Every argument of `part` is the whole call's, or (a string) its beginning."""
+    return all(
+        k in whole and (v == whole[k] or (isinstance(v, str) and whole[k].startswith(v)))
+        for k, v in part.items()
+    )
+
+
+def test_tool_input_cut_off_by_max_tokens_keeps_what_was_generated(server: ServerProc) -> None:
+    c = client_for(server)
+    kw: dict[str, Any] = dict(model="", messages=ASK, tools=[WEATHER], tool_choice=ONE_CALL)
+    whole = c.messages.create(max_tokens=1000, **kw, **GREEDY)
+    [done] = [b for b in whole.content if b.type == "tool_use"]
+    partial = 0
+    for k in range(1, 8):  # greedy: the same call, cut at several points
+        n = whole.usage.output_tokens * k // 8
+        r = c.messages.create(max_tokens=n, **kw, **GREEDY)
+        assert r.stop_reason == "max_tokens"
+        cut = [b.input for b in r.content if b.type == "tool_use"]
+        fragments = "".join(
+            ev.delta.partial_json
+            for ev in c.messages.create(max_tokens=n, stream=True, **kw, **GREEDY)
+            if ev.type == "content_block_delta" and ev.delta.type == "input_json_delta"
+        )
+        if cut:
+            assert holds_the_start_of(cut[0], done.input)
+            assert cut[0] == (parse_partial(fragments) or {})  # the stream and the whole agree
+            partial += bool(cut[0]) and cut[0] != done.input
+    assert partial, "some cut should fall inside the arguments and keep what they held"
+
+
+def test_models_in_anthropics_shape(server: ServerProc) -> None:
+    c = client_for(server)
+    models = c.models.list()
+    assert [m.id for m in models.data] == ["tiny-llama"] and models.has_more is False
+    assert models.first_id == models.last_id == "tiny-llama"
+    m = c.models.retrieve("tiny-llama")
+    assert m.type == "model" and m.display_name == "tiny-llama" and m.created_at.tzinfo is not None
+    with pytest.raises(anthropic.NotFoundError) as e:
+        c.models.retrieve("nope")
+    assert e.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    # Without the header, the same path answers OpenAI's shape.
+    body = httpx.get(server.base + "/v1/models", headers={"authorization": f"Bearer {KEY}"}).json()
+    assert body["object"] == "list" and body["data"][0]["object"] == "model"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from llamay.api.anthropic import adapter
 from llamay.api.anthropic.blocks import BlockAssembler, signature, tool_id
+from llamay.api.anthropic.models import model_json, models_page
 from llamay.api.errors import error_body, error_headers, error_status
 from llamay.chat.flow import Piece
 from llamay.errors import (
@@ -234,9 +236,11 @@ def test_omitted_thinking_keeps_only_the_signature() -> None:
     assert not any(e.get("delta", {}).get("type") == "thinking_delta" for e in events)
 
 
-def test_cut_off_tool_input_is_an_empty_object() -> None:
+def test_cut_off_tool_input_keeps_what_it_has() -> None:
     _, blocks = _run([Piece("call", id="call_3", name="f"), Piece("args", '{"a": "unfini')])
-    assert blocks[0]["input"] == {}
+    assert blocks[0]["input"] == {"a": "unfini"}
+    _, blocks = _run([Piece("call", id="call_3", name="f"), Piece("args", "[1")])
+    assert blocks[0]["input"] == {}  # an input is an object, or nothing
 
 
 def test_stream_deltas_rebuild_the_blocks() -> None:
@@ -266,3 +270,23 @@ def test_stream_deltas_rebuild_the_blocks() -> None:
     for i, text in json_parts.items():
         rebuilt[i]["input"] = json.loads(text)
     assert rebuilt == blocks
+
+
+def test_model_list_pages_newest_first() -> None:
+    engine = SimpleNamespace(n_ctx=4096)
+    models = [
+        model_json(SimpleNamespace(name=f"m{i}", loaded_at=1_700_000_000 + i, engine=engine))  # type: ignore[arg-type]
+        for i in range(5)
+    ]
+    assert models[0] == {"type": "model", "id": "m0", "display_name": "m0", "created_at": "2023-11-14T22:13:20Z",
+                         "lifecycle": "active", "max_input_tokens": 4096}  # fmt: skip
+    page = models_page(models)
+    assert [m["id"] for m in page["data"]] == ["m4", "m3", "m2", "m1", "m0"]
+    assert (page["has_more"], page["first_id"], page["last_id"]) == (False, "m4", "m0")
+    page = models_page(models, limit=2, after_id="m4")
+    assert [m["id"] for m in page["data"]] == ["m3", "m2"] and page["has_more"]
+    page = models_page(models, limit=2, before_id="m2")
+    assert [m["id"] for m in page["data"]] == ["m4", "m3"] and not page["has_more"]
+    assert models_page([]) == {"data": [], "has_more": False, "first_id": None, "last_id": None}
+    with pytest.raises(InvalidRequest):
+        models_page(models, after_id="nope")

@@ -17,6 +17,7 @@ from ...errors import EngineError, InvalidRequest
 from ...grammar import Grammar
 from ...runtime import LoadedModel, Runtime
 from ...types import FinishEvent, TokenEvent
+from ..anthropic import models as anthropic_models
 from ..http import json_response, read_json, sse_response, until_disconnect
 from ..sessions import held_context
 from . import adapter
@@ -112,6 +113,8 @@ def _completion_frames(
 
 
 async def list_models(request: Request) -> Response:
+    if anthropic_models.speaks_anthropic(request):
+        return await anthropic_models.list_models(request)
     runtime: Runtime = request.app.state.runtime
     models = runtime.models()
     sampling = [await sampling_defaults(runtime, m) for m in models]
@@ -121,6 +124,8 @@ async def list_models(request: Request) -> Response:
 
 
 async def get_model(request: Request) -> Response:
+    if anthropic_models.speaks_anthropic(request):
+        return await anthropic_models.get_model(request)
     runtime: Runtime = request.app.state.runtime
     m = runtime.get(request.path_params["model"])
     return json_response(model_json(m, await sampling_defaults(runtime, m)))
