@@ -113,7 +113,7 @@ CHAT = fields(
     "logprobs:bool top_logprobs:int[0,20] reasoning_effort:str reasoning_budget_tokens:int[0,] think:bool "
     "parallel_tool_calls:bool chat_template_kwargs:obj",
     {**SAMPLING, "messages!": arr(CHAT_MESSAGE, minItems=1), "tools": arr(TOOL, maxItems=128),
-     "tool_choice": anyof(enum("auto", "none"), CHOICE_FN), "finish_tool": anyof(BOOL, STR)},
+     "tool_choice": anyof(enum("auto", "none", "required"), CHOICE_FN), "finish_tool": anyof(BOOL, STR)},
     allOf=[ONE_FORMAT, SESSION_ALONE, TOP_NEEDS_LOGPROBS])
 PROMPT = anyof(TEXT, arr(TEXT, minItems=1), TOKENS, arr(TOKENS, minItems=1))
 # max_tokens 0 reads the prompt only. echo with logprobs scores the prompt: not streamed, not
@@ -147,7 +147,8 @@ A_THINKING = anyof(fields("display:str", {"type!": enum("disabled", "adaptive")}
 A_SPEC = "model:str max_tokens:int[1,] temperature:num[0,2] top_p:num[0,1] top_k:int[0,]"
 A_MORE = {"messages!": A_MESSAGES, "system": anyof(STR, arr(A_TEXT)), "stop_sequences": arr(STR, maxItems=32),
           "metadata": fields("user_id:str"), "tools": arr(A_TOOL), "thinking": A_THINKING,
-          "tool_choice": fields("disable_parallel_tool_use:bool", {"type!": enum("auto", "none")}),
+          "tool_choice": anyof(fields("disable_parallel_tool_use:bool", {"type!": enum("auto", "any", "none")}),
+                               fields("disable_parallel_tool_use:bool", {"type!": enum("tool"), "name!": TEXT})),
           "output_config": fields("", {"format": A_FORMAT}), "output_format": A_FORMAT, "cache_control": CACHE,
           **JSON_STYLE}
 MESSAGES = fields(A_SPEC.replace("max_tokens:", "max_tokens!:") + " stream:bool", A_MORE)
@@ -223,8 +224,10 @@ OPERATIONS: dict[tuple[str, str], J] = {
     ("GET", "/openapi.json"): op("this document"),
     ("POST", "/v1/chat/completions"): op("chat (OpenAI)", CHAT, stream=SSE, codes=GEN),
     ("POST", "/v1/completions"): op("text completion (OpenAI)", COMPLETION, stream=SSE, codes=GEN),
-    ("GET", "/v1/models"): op("models this server holds", ok=LIST),
-    ("GET", "/v1/models/{model}"): op("one loaded model", params=[param("model")], codes=[404]),
+    # With an anthropic-version header both answer in Anthropic's shape (anthropic/models.py).
+    ("GET", "/v1/models"): op("models this server holds (Anthropic's shape with anthropic-version)", ok=LIST),
+    ("GET", "/v1/models/{model}"): op("one loaded model (Anthropic's shape with anthropic-version)",
+                                      params=[param("model")], codes=[404]),
     ("POST", "/v1/contexts"): op("compute a prefix once and keep it (one of messages, prompt)", CONTEXT, codes=GEN),
     ("GET", "/v1/contexts"): op("list your contexts", ok=LIST),
     ("POST", "/v1/contexts/restore"): op("restore a snapshot file as a new context", OBJ, binary=True,
