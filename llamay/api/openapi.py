@@ -16,6 +16,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from .. import __version__
+from ..chat.tools.spec import MAX_LOOSE_NAME
 from ..redact import DETECTORS, STYLES
 from ..types import MAX_BREAKERS
 from .authn import ADMIN_PATHS, OPEN_PATHS
@@ -166,11 +167,14 @@ OPTIONS = fields(
 O_COMMON = {"keep_alive": DURATION, "options": OPTIONS, "format": anyof(enum("json", ""), OBJ),
             "think": anyof(BOOL, enum("low", "medium", "high", "max")), "strict": BOOL, **JSON_STYLE}
 O_SPEC = "model:str stream:bool logprobs:bool top_logprobs:int[0,20] "
+# Ollama's tool names: any text without control characters (chat/tools/spec.py).
+O_NAME = {"type": "string", "minLength": 1, "maxLength": MAX_LOOSE_NAME, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]*$"}
+O_FUNCTION = fields("description:str parameters:obj strict:bool", {"name!": O_NAME})
 O_CALL = fields("", {"function!": fields("name!:str", {"arguments": anyof(OBJ, STR)})})
 O_MESSAGE = fields("role!:str content:str thinking:str tool_name:str",
                    {"images": arr(STR, maxItems=0), "tool_calls": arr(O_CALL)})
 O_CHAT = fields(O_SPEC, {**O_COMMON, "messages": arr(O_MESSAGE),
-                         "tools": arr(exact("", {"type": enum("function"), "function!": FUNCTION}))})
+                         "tools": arr(exact("", {"type": enum("function"), "function!": O_FUNCTION}))})
 O_GENERATE = fields(O_SPEC + "prompt:str system:str template:str raw:bool", {**O_COMMON, "suffix": {"const": ""},
                     "context": arr(scalar("int", "0")), "images": arr(STR, maxItems=0)})
 O_EMBED = fields("model:str dimensions:int[1,] truncate:bool",

@@ -336,3 +336,20 @@ def test_create_copy_delete_pull_with_the_store(tiny_model_path: Path, tmp_path:
         assert e.value.status_code == 404
         with pytest.raises(ollama.ResponseError):
             list(c.pull("no-such-source-anywhere:1b", stream=True))
+
+
+def test_tool_names_as_ollama_takes_them(server: ServerProc) -> None:
+    dotted = {**WEATHER, "function": {**WEATHER["function"], "name": "weather.get"}}
+    c = client(server)
+    for seed in range(16):  # the model may answer in text; some seed calls
+        r = c.chat("tiny-llama", messages=ASK, tools=[dotted], options={"temperature": 1.0, "seed": seed, "num_predict": 200})  # fmt: skip
+        if r.message.tool_calls:
+            assert {t.function.name for t in r.message.tool_calls} == {"weather.get"}
+            jsonschema.validate(r.message.tool_calls[0].function.arguments, WEATHER["function"]["parameters"])
+            break
+    else:
+        pytest.fail("no seed called the tool")
+    bad = {**WEATHER, "function": {**WEATHER["function"], "name": "weather\nget"}}
+    with pytest.raises(ollama.ResponseError) as e:
+        c.chat("tiny-llama", messages=ASK, tools=[bad])
+    assert e.value.status_code == 400 and "tools[0].function.name" in str(e.value)

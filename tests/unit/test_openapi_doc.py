@@ -38,3 +38,15 @@ def test_anthropic_tool_choices(choice: Any) -> None:
 def test_what_the_parsers_refuse_does_not_validate(path: str, choice: Any) -> None:
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(choice, body_schema(path))
+
+
+def test_ollama_tool_names_as_ollama_takes_them() -> None:
+    props = DOC["paths"]["/api/chat"]["post"]["requestBody"]["content"]["application/json"]["schema"][
+        "properties"
+    ]
+    name = props["tools"]["anyOf"][0]["items"]["properties"]["function"]["properties"]["name"]
+    jsonschema.validate("weather.get", name)
+    jsonschema.validate("m\u00e9t\u00e9o now", name)
+    for bad in ("", "a\nb", "x" * 257):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, name)

@@ -273,7 +273,9 @@ def parse_chat(body: Any) -> OllamaChat:
     tools = [
         {"type": "function", **t} if isinstance(t, Mapping) and "type" not in t else t for t in raw_tools
     ]
-    return OllamaChat(_common(f), chat_messages(messages), parse_tools(tools) if tools else [])
+    # Names as Ollama takes them ("weather.get"), not only OpenAI's [A-Za-z0-9_-].
+    parsed = parse_tools(tools, loose_names=True) if tools else []
+    return OllamaChat(_common(f), chat_messages(messages), parsed)
 
 
 def parse_generate(body: Any) -> OllamaGenerate:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -32,6 +33,10 @@ __all__ = [
 
 MAX_TOOLS = 128  # OpenAI's limit; every tool adds a grammar branch and prompt text
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# Ollama takes any name ("weather.get", "web search"). A name reaches the grammar only as a
+# JSON string (json.dumps, then a Lark literal), so any text is safe there; control
+# characters are refused because no template or client expects them in a name.
+MAX_LOOSE_NAME = 256
 
 
 def _empty_object() -> dict[str, Any]:
@@ -87,12 +92,14 @@ FINISH_TOOL = ToolSpec(
 )
 
 
-def parse_tools(tools: Any, param: str = "tools") -> list[ToolSpec]:
+def parse_tools(tools: Any, param: str = "tools", *, loose_names: bool = False) -> list[ToolSpec]:
     """Validate an OpenAI `tools` array: `[{"type": "function", "function": {"name",
     "description"?, "parameters"?, "strict"?}}]`. None means no tools. Names must be
-    unique and match [A-Za-z0-9_-]{1,64}; each parameters schema must describe an object
-    and compile (strictly when `strict` is true). Raises InvalidRequest (or GrammarError
-    for a schema) whose `param` names the field, e.g. "tools[2].function.parameters"."""
+    unique and match [A-Za-z0-9_-]{1,64} (OpenAI's rule), or with `loose_names` be 1 to
+    MAX_LOOSE_NAME characters without control characters (Ollama's); each parameters
+    schema must describe an object and compile (strictly when `strict` is true). Raises
+    InvalidRequest (or GrammarError for a schema) whose `param` names the field, e.g.
+    "tools[2].function.parameters"."""
     if tools is None:
         return []
     if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Sequence):
@@ -103,7 +110,7 @@ def parse_tools(tools: Any, param: str = "tools") -> list[ToolSpec]:
     seen: set[str] = set()
     for i, tool in enumerate(tools):
         where = f"{param}[{i}]"
-        spec = _parse_tool(tool, where)
+        spec = _parse_tool(tool, where, loose_names)
         if spec.name in seen:
             raise InvalidRequest(
                 f"{where}.function.name: duplicate tool name {spec.name!r}", param=f"{where}.function.name"
@@ -113,7 +120,15 @@ def parse_tools(tools: Any, param: str = "tools") -> list[ToolSpec]:
     return specs
 
 
-def _parse_tool(tool: Any, where: str) -> ToolSpec:
+def _name_ok(name: Any, loose: bool) -> bool:
+    if not isinstance(name, str):
+        return False
+    if not loose:
+        return _NAME.fullmatch(name) is not None
+    return 0 < len(name) <= MAX_LOOSE_NAME and not any(unicodedata.category(c) == "Cc" for c in name)
+
+
+def _parse_tool(tool: Any, where: str, loose_names: bool = False) -> ToolSpec:
     if not isinstance(tool, Mapping):
         raise InvalidRequest(f"{where} must be an object", param=where)
     if tool.get("type") != "function":
@@ -122,11 +137,13 @@ def _parse_tool(tool: Any, where: str) -> ToolSpec:
     if not isinstance(fn, Mapping):
         raise InvalidRequest(f"{where}.function must be an object", param=f"{where}.function")
     name = fn.get("name")
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise InvalidRequest(
-            f"{where}.function.name must be 1 to 64 characters from A-Z, a-z, 0-9, _ and -",
-            param=f"{where}.function.name",
+    if not _name_ok(name, loose_names):
+        rule = (
+            f"1 to {MAX_LOOSE_NAME} characters, none a control character"
+            if loose_names
+            else "1 to 64 characters from A-Z, a-z, 0-9, _ and -"
         )
+        raise InvalidRequest(f"{where}.function.name must be {rule}", param=f"{where}.function.name")
     description = fn.get("description")
     if description is None:
         description = ""
