@@ -13,7 +13,7 @@ import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from ...errors import GrammarError, InvalidRequest
 from ...grammar import Grammar
@@ -120,7 +120,7 @@ def parse_tools(tools: Any, param: str = "tools", *, loose_names: bool = False) 
     return specs
 
 
-def _name_ok(name: Any, loose: bool) -> bool:
+def _name_ok(name: Any, loose: bool) -> TypeGuard[str]:
     if not isinstance(name, str):
         return False
     if not loose:
