@@ -178,9 +178,9 @@ class LLM:
 
     def score(self, prompt: str, continuations: str | Sequence[str]) -> list[ScoreResult]:
         """How likely the model finds each continuation after `prompt`: per-token and
-        total log-probabilities, and whether it is the greedy continuation. All
-        continuations are scored together; the prompt is tokenized once and each
-        continuation's tokens follow it."""
+        total log-probabilities, and whether it is the greedy continuation. The prompt is
+        tokenized once and each continuation's tokens follow it; in process it is also
+        computed once, every continuation sharing its KV, all scored in one batch."""
         return self._loop.run(self._score(prompt, continuations))
 
     async def ascore(self, prompt: str, continuations: str | Sequence[str]) -> list[ScoreResult]:
