@@ -18,7 +18,9 @@ Measures, in one run, on the default model (SmolLM2 135M, 49k vocab) and on Gemm
    with the mean gap between tokens without the slowest and fastest 10%.
    1b. engine_decode: the same arms and statistics in this process, through the engine
    `llamay serve` runs but without HTTP, timed by the engine itself (its finish event's
-   generate_ms), with the mask's share of that time. `--decode-only` runs parts 1 and 1b.
+   generate_ms), with the mask's share of that time. The unconstrained arm is kept going
+   by the engine's ignore_eos instead of the ban, whose logit_bias costs the sampler a
+   copy of the logits per token. `--decode-only` runs parts 1 and 1b.
    The mask's share of decode also comes from `llamay run -schema` (its `json mask: ...`
    stats line; the engine's mask time covers fill_mask plus the masked sampling, its decode
    time includes the prompt's decode).

@@ -3,7 +3,8 @@
 The same three arms as part 1 (bench.structured_decode), generated in this process by
 the engine `llamay serve` runs (`load_model` with the server's default RuntimeConfig),
 without HTTP: the prompt rendered by the model's chat template, the schema compiled as
-the routes compile it by default, greedy, the same max_tokens. Each request's time
+the routes compile it by default, greedy, the same max_tokens (the unconstrained arm kept
+from stopping by the engine's ignore_eos rather than a logit_bias). Each request's time
 per token is the engine's own `generate_ms` (first token to finish) over the tokens after
 the first, and the time between its token events; the mask's share comes from the same
 finish event. No client process or HTTP event loop competes with it for the cores.
@@ -25,7 +26,7 @@ from .structured_common import (
     load_average,
     summarize_timings,
 )
-from .structured_decode import ARMS, BAN_BIAS, WARMUP_TOKENS
+from .structured_decode import ARMS, WARMUP_TOKENS
 
 
 def run_engine_decode(path: Path, sizes: Sizes, issues: Issues) -> dict[str, Any]:
@@ -44,16 +45,19 @@ def run_engine_decode(path: Path, sizes: Sizes, issues: Issues) -> dict[str, Any
         # As the routes compile a response_format schema by default.
         schema = schema_grammar(FACT_SCHEMA, JsonStyle(), strict=True, param="response_format")
         plan = ConstraintPlan(schema, label="json")
-        ban = tuple((t, BAN_BIAS) for t in sorted(model.eog_ids))
         _ = model.compile_cache  # the llguidance tokenizer, built outside the timed requests
 
+        greedy = SamplingParams(temperature=0.0).validate()
+
         def request(arm: str, max_tokens: int) -> GenerateRequest:
-            stop = StopSpec(max_tokens=max_tokens)
             if arm == "unconstrained":
-                greedy = SamplingParams(temperature=0.0, logit_bias=ban).validate()
+                # Kept going past an end of generation by the engine itself: the HTTP arm's
+                # logit_bias ban would cost the sampler a vocabulary-wide copy per token,
+                # a handicap the constrained arms do not carry.
+                stop = StopSpec(max_tokens=max_tokens, ignore_eos=True)
                 return GenerateRequest(list(tokens), greedy, stop)
             off = RepetitionParams(enabled=False) if arm == "constrained_no_ngram" else None
-            greedy = SamplingParams(temperature=0.0).validate()
+            stop = StopSpec(max_tokens=max_tokens)
             return GenerateRequest(list(tokens), greedy, stop, plan, repetition=off)
 
         def generate(arm: str, max_tokens: int) -> TokenTiming | None:
