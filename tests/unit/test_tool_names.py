@@ -29,7 +29,7 @@ def test_ollama_accepts_its_names() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["", "x" * (MAX_LOOSE_NAME + 1), "line\nbreak", "tab\there", "nul\x00", "del\x7f"]
+    "name", ["", "x" * (MAX_LOOSE_NAME + 1), "line\nbreak", "tab\there", "nul\x00", "del\x7f", "half\ud800"]
 )
 def test_ollama_refuses_empty_long_and_control_names(name: str) -> None:
     with pytest.raises(InvalidRequest) as e:

@@ -125,7 +125,8 @@ def _name_ok(name: Any, loose: bool) -> TypeGuard[str]:
         return False
     if not loose:
         return _NAME.fullmatch(name) is not None
-    return 0 < len(name) <= MAX_LOOSE_NAME and not any(unicodedata.category(c) == "Cc" for c in name)
+    # Nor a lone surrogate (JSON can carry one; no UTF-8 text, so no prompt, can).
+    return 0 < len(name) <= MAX_LOOSE_NAME and not any(unicodedata.category(c) in ("Cc", "Cs") for c in name)
 
 
 def _parse_tool(tool: Any, where: str, loose_names: bool = False) -> ToolSpec:
@@ -139,7 +140,7 @@ def _parse_tool(tool: Any, where: str, loose_names: bool = False) -> ToolSpec:
     name = fn.get("name")
     if not _name_ok(name, loose_names):
         rule = (
-            f"1 to {MAX_LOOSE_NAME} characters, none a control character"
+            f"1 to {MAX_LOOSE_NAME} characters, none a control character or a lone surrogate"
             if loose_names
             else "1 to 64 characters from A-Z, a-z, 0-9, _ and -"
         )
