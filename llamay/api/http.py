@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
@@ -70,13 +71,39 @@ async def read_json(request: Request, max_bytes: int = MAX_BODY) -> Any:
     if not raw.strip():
         raise InvalidRequest("the request body is empty; expected a JSON object")
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except UnicodeDecodeError:
         raise InvalidRequest("the request body is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise InvalidRequest(
             f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    if _SURROGATE_ESCAPE.search(raw):
+        _refuse_lone_surrogates(value)
+    return value
+
+
+# A \uD800-\uDFFF escape: JSON allows a lone one, but it is no Unicode text and no model
+# can tokenize it. Only bodies that contain one are walked.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _refuse_lone_surrogates(value: Any) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidRequest(
+                    "the request body holds a lone UTF-16 surrogate (\\uD800-\\uDFFF)"
+                ) from None
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:

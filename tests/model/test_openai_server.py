@@ -171,6 +171,7 @@ def test_models_and_health(client: openai.OpenAI, server: ServerProc) -> None:
         (b'{"messages": [{"role": "user", "content": "x"}], "temperature": "warm"}', 400, "temperature"),
         (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}', 400, "max_tokens"),
         (b'{"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}', 404, "no-such-model"),
+        (b'{"messages": [{"role": "user", "content": "x\\ud800"}]}', 400, "surrogate"),
         (
             b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}',
             400,
