@@ -230,10 +230,11 @@ class PackedMask:
 
     def several(self) -> bool:
         """More than one token is allowed."""
-        nonzero = np.flatnonzero(self.words[: (self.n + 31) // 32])
-        if len(nonzero) != 1:
-            return len(nonzero) > 1
-        w = int(self.words[nonzero[0]])
+        words = self.words[: (self.n + 31) // 32]
+        count = int(np.count_nonzero(words))  # no index array: most masks allow many
+        if count != 1:
+            return count > 1
+        w = int(words[np.flatnonzero(words)[0]])
         return w & (w - 1) != 0
 
 
@@ -319,6 +320,9 @@ class _Scan:
         return None
 
 
+_SCAN_BYTES = b'"\\[]{}:,'  # every byte _Scan.feed acts on
+
+
 class _Vocab:
     """What the sibling rule derives from one vocabulary, kept across requests: which
     tokens hold a `,`, and (memoised per parser state) which of them would open another
@@ -329,6 +333,9 @@ class _Vocab:
     def __init__(self, pieces: list[bytes]) -> None:
         self.pieces = pieces  # held so that id(pieces) stays unique while cached
         self.commas = np.flatnonzero(np.array([b"," in p for p in pieces], dtype=bool))
+        # Tokens without a byte the scan reacts to cannot move it (unless a backslash in a
+        # string went before), so the openers found for the state before them stand.
+        self.inert = bytes(len(p.translate(None, _SCAN_BYTES)) == len(p) for p in pieces)
         self.openers: dict[tuple[object, ...], _Openers] = {}
         self.lock = threading.Lock()
 
@@ -364,9 +371,13 @@ class ArraySiblings:
         self.scan.feed(prefix)
         self.seen = start
         self._vocab = _vocab(pieces)
+        self._last: tuple[int, _Openers] | None = None  # (depth, openers) while the scan holds still
 
     def advance(self, history: list[int]) -> None:
+        inert = self._vocab.inert
         for t in history[self.seen :]:
+            if self.scan.escaped or not inert[t]:
+                self._last = None  # the scan may move: the openers are looked up again
             self.scan.feed(self.pieces[t])
         self.seen = len(history)
 
@@ -386,7 +397,17 @@ class ArraySiblings:
             return
         best_echo = max(float(logits[t]) for t in echoes)
         # The echo is the model's first choice when no allowed token scores above it.
-        if not _any_of(allowed, np.flatnonzero(logits[: len(allowed)] > best_echo)):
+        # Most often the vocabulary's best token settles it: the echo itself, or another
+        # allowed token; only otherwise are all the tokens above the echo looked up.
+        view = logits[: len(allowed)]
+        top = int(np.argmax(view))
+        if view[top] <= best_echo:
+            above = False
+        elif allowed[top]:
+            above = True
+        else:
+            above = _any_of(allowed, np.flatnonzero(view > best_echo))
+        if not above:
             self.scan.stack[depth][1] = True
 
     def spent_depth(self) -> int | None:
@@ -415,11 +436,12 @@ class ArraySiblings:
         state. Whether one does depends only on the state from that array up (the kinds
         and key flags of the containers above it, and the string flags), which repeats
         from step to step: memoised on it, so the vocabulary is scanned once per state."""
+        if self._last is not None and self._last[0] == depth:
+            return self._last[1]
         scan = self.scan
         key = (scan.in_string, scan.escaped, scan.key, tuple((f[0], f[2]) for f in scan.stack[depth:]))
         vocab = self._vocab
-        with vocab.lock:
-            hit = vocab.openers.get(key)
+        hit = vocab.openers.get(key)  # a dict read is atomic; the lock guards the insert below
         if hit is None:
             top = _Scan([list(f) for f in scan.stack[depth:]], scan.in_string, scan.escaped, scan.key)
             ids = [t for t in vocab.commas.tolist() if top.copy().feed(self.pieces[t], watch=0)]
@@ -427,6 +449,7 @@ class ArraySiblings:
             with vocab.lock:
                 if len(vocab.openers) < vocab.MAX_STATES:
                     vocab.openers[key] = hit
+        self._last = (depth, hit)
         return hit
 
 

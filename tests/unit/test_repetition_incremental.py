@@ -150,3 +150,44 @@ def test_penalize_on_a_growing_history_penalises_as_if_searched_from_scratch() -
         for tok, value in reference(params, history, source).items():
             expected[tok] -= np.float32(value)
         assert out.tolist() == expected.tolist()
+
+
+def test_the_openers_kept_while_the_scan_holds_still_are_those_a_fresh_scan_finds() -> None:
+    # Inert tokens (no quote, bracket, brace, colon, comma or backslash) keep the last
+    # openers; anything else, or a backslash before, looks them up again.
+    pieces = [b"[", b"]", b"{", b"}", b'"', b"a", b" ", b",", b'",', b"},", b"\\", b":", b'"a":']
+    everything = np.ones(len(pieces), dtype=bool)
+    rng = random.Random(11)
+    for _ in range(30):
+        kept = ArraySiblings(pieces)
+        history: list[int] = []
+        for _ in range(60):
+            history.append(rng.randrange(len(pieces)))
+            kept.advance(history)
+            fresh = ArraySiblings(pieces)
+            fresh.advance(history)
+            depth = fresh.scan.innermost_array()
+            if depth is None:
+                continue
+            for sib in (kept, fresh):
+                sib.scan.stack[depth][1] = True
+            assert kept.pushed(everything) == fresh.pushed(everything)
+
+
+@pytest.mark.parametrize(("allowed_above", "spent"), [(True, False), (False, True)])
+def test_a_forbidden_first_choice_leaves_the_verdict_to_the_allowed_tokens(
+    allowed_above: bool, spent: bool
+) -> None:
+    # [ "ab", "a : the model wants "b" again. Its raw first choice is "x", which the
+    # grammar forbids; whether the echo is its first allowed choice decides.
+    pen = NgramPenalty(RepetitionParams(allowed_length=1), STRUCT)
+    allowed = np.ones(len(PIECES), dtype=bool)
+    allowed[7] = False  # "x"
+    pen.penalize(np.zeros(len(PIECES), dtype=np.float32), [], PIECES, packed(allowed))
+    history = [8, 9, 0, 1, 5, 9, 0]
+    logits = np.zeros(len(PIECES), dtype=np.float32)
+    logits[1], logits[7] = 3.0, 9.0
+    logits[2] = 4.0 if allowed_above else 2.0  # "c", allowed
+    pen.penalize(logits, history, PIECES, packed(allowed))
+    assert pen.siblings is not None
+    assert (pen.siblings.spent_depth() == 0) is spent
