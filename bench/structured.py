@@ -20,7 +20,10 @@ Measures, in one run, on the default model (SmolLM2 135M, 49k vocab) and on Gemm
    `llamay serve` runs but without HTTP, timed by the engine itself (its finish event's
    generate_ms), with the mask's share of that time. The unconstrained arm is kept going
    by the engine's ignore_eos instead of the ban, whose logit_bias costs the sampler a
-   copy of the logits per token. `--decode-only` runs parts 1 and 1b.
+   copy of the logits per token. Each token is stamped as the engine publishes it, and
+   as greedy generations repeat their tokens exactly, `ratio_token_floor` compares the
+   arms' per-token times with every token position at its least disturbed repetition;
+   this part's `meets_target` is judged on it. `--decode-only` runs parts 1 and 1b.
    The mask's share of decode also comes from `llamay run -schema` (its `json mask: ...`
    stats line; the engine's mask time covers fill_mask plus the masked sampling, its decode
    time includes the prompt's decode).
@@ -193,6 +196,8 @@ def model_summary(m: dict[str, Any]) -> dict[str, Any]:
         "decode_ratio_no_ngram": dig(m, "decode", "ratio_no_ngram"),
         "meets_target": dig(m, "decode", "meets_target"),
         "decode_load_avg_1min": dig(m, "decode", "load_avg_1min"),
+        "engine_ratio_token_floor": dig(m, "engine_decode", "ratio_token_floor"),
+        "engine_ratio_token_floor_no_ngram": dig(m, "engine_decode", "ratio_token_floor_no_ngram"),
         "engine_ratio": dig(m, "engine_decode", "ratio"),
         "engine_ratio_quartiles": dig(m, "engine_decode", "ratio_quartiles"),
         "engine_ratio_trimmed": dig(m, "engine_decode", "ratio_trimmed"),

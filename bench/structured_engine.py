@@ -6,12 +6,14 @@ without HTTP: the prompt rendered by the model's chat template, the schema compi
 the routes compile it by default, greedy, the same max_tokens (the unconstrained arm kept
 from stopping by the engine's ignore_eos rather than a logit_bias). Each request's time
 per token is the engine's own `generate_ms` (first token to finish) over the tokens after
-the first, and the time between its token events; the mask's share comes from the same
-finish event. No client process or HTTP event loop competes with it for the cores.
+the first, and the times between its tokens are stamped as the engine publishes them;
+the mask's share comes from the finish event. No client process or HTTP event loop
+competes with the engine for the cores.
 """
 
 from __future__ import annotations
 
+import queue
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,6 @@ from .structured_decode import ARMS, WARMUP_TOKENS
 
 def run_engine_decode(path: Path, sizes: Sizes, issues: Issues) -> dict[str, Any]:
     from llamay.api.jsonformat import JsonStyle, schema_grammar
-    from llamay.engine.client import iter_events
     from llamay.engine.repetition import RepetitionParams
     from llamay.engine.request import ConstraintPlan, GenerateRequest
     from llamay.runtime import RuntimeConfig, load_model
@@ -60,22 +61,39 @@ def run_engine_decode(path: Path, sizes: Sizes, issues: Issues) -> dict[str, Any
             stop = StopSpec(max_tokens=max_tokens)
             return GenerateRequest(list(tokens), greedy, stop, plan, repetition=off)
 
+        outputs: dict[tuple[str, int], list[int]] = {}
+
         def generate(arm: str, max_tokens: int) -> TokenTiming | None:
-            arrivals: list[float] = []
-            for ev in iter_events(loaded.engine, request(arm, max_tokens)):
-                if isinstance(ev, TokenEvent):
-                    arrivals.append(time.perf_counter())
-                elif isinstance(ev, ErrorEvent):
-                    issues.add(f"engine_decode.{arm}", f"{type(ev.error).__name__}: {ev.error}")
-                    return None
-                elif isinstance(ev, FinishEvent):
-                    x, n = ev.extra, ev.usage.completion_tokens
-                    if n != max_tokens or ev.reason != "length":
-                        issues.add(f"engine_decode.{arm}", f"{n} tokens, finish {ev.reason!r}: {ev.message}")
-                    gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
-                    seconds, mask = float(x["generate_ms"]) / 1000.0, float(x["mask_ms"]) / 1000.0
-                    return TokenTiming(arm, n, seconds, gaps, int(x["mask_steps"]), mask)
-            return None
+            events: queue.SimpleQueue[tuple[float, Any]] = queue.SimpleQueue()
+            # Stamped in the engine's thread as it publishes each token: a reader that
+            # falls behind and then drains several at once cannot merge their gaps.
+            handle = loaded.engine.submit(
+                request(arm, max_tokens), lambda ev: events.put((time.perf_counter(), ev))
+            )
+            stamps: list[float] = []
+            made: list[int] = []
+            try:
+                while True:
+                    stamp, ev = events.get()
+                    if isinstance(ev, TokenEvent):
+                        stamps.append(stamp)
+                        made.append(ev.token)
+                    elif isinstance(ev, ErrorEvent):
+                        issues.add(f"engine_decode.{arm}", f"{type(ev.error).__name__}: {ev.error}")
+                        return None
+                    elif isinstance(ev, FinishEvent):
+                        break
+            finally:
+                handle.abort()
+            x, n = ev.extra, ev.usage.completion_tokens
+            if n != max_tokens or ev.reason != "length":
+                issues.add(f"engine_decode.{arm}", f"{n} tokens, finish {ev.reason!r}: {ev.message}")
+            # The token floor compares position i across repetitions: the same token each time.
+            if made != outputs.setdefault((arm, max_tokens), made):
+                issues.add(f"engine_decode.{arm}", "a greedy repetition generated other tokens")
+            gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+            seconds, mask = float(x["generate_ms"]) / 1000.0, float(x["mask_ms"]) / 1000.0
+            return TokenTiming(arm, n, seconds, gaps, int(x["mask_steps"]), mask, stamped=True)
 
         for arm in ARMS:  # warm-up: compiles the grammar, caches the prompt's prefix
             generate(arm, WARMUP_TOKENS)
