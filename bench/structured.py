@@ -21,9 +21,11 @@ Measures, in one run, on the default model (SmolLM2 135M, 49k vocab) and on Gemm
    generate_ms), with the mask's share of that time. The unconstrained arm is kept going
    by the engine's ignore_eos instead of the ban, whose logit_bias costs the sampler a
    copy of the logits per token. Each token is stamped as the engine publishes it, and
-   as greedy generations repeat their tokens exactly, `ratio_token_floor` compares the
-   arms' per-token times with every token position at its least disturbed repetition;
-   this part's `meets_target` is judged on it. `--decode-only` runs parts 1 and 1b.
+   as greedy generations repeat their tokens, `ratio_token_floor` compares the arms'
+   per-token times with every token position at its least disturbed repetition (among
+   the repetitions that made the arm's most common output; one that made other tokens is
+   listed under "issues"); this part's `meets_target` is judged on it. `--decode-only`
+   runs parts 1 and 1b.
    The mask's share of decode also comes from `llamay run -schema` (its `json mask: ...`
    stats line; the engine's mask time covers fill_mask plus the masked sampling, its decode
    time includes the prompt's decode).

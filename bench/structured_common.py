@@ -7,6 +7,7 @@ import math
 import os
 import statistics
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,6 +141,7 @@ class TokenTiming:
     mask_steps: int = 0
     mask_seconds: float = 0.0
     stamped: bool = False  # gaps stamped where the tokens are made (none merged in transit)
+    made: tuple[int, ...] = ()  # the tokens, when known
 
     @property
     def per_token(self) -> float:
@@ -166,11 +168,17 @@ def _quartiles(values: list[float]) -> list[float]:
 def token_floor(timings: list[TokenTiming]) -> float:
     """Seconds per token, each token position at its fastest over the repetitions.
 
-    Greedy generations of one arm are the same tokens every time, so position i costs
+    Greedy generations of one arm make the same tokens every time, so position i costs
     the same work in each; another process on the machine can only add to it. Summing
     every position's least disturbed time gives the arm's own cost per token, including
     whatever it spends at some positions only (the mask is harder at some than others)."""
-    if len(timings) < 2 or not all(t.stamped for t in timings):
+    if not all(t.stamped for t in timings):
+        return math.nan
+    # Only repetitions that made the same tokens are comparable position by position:
+    # those that made the most common output.
+    common, _ = Counter(t.made for t in timings).most_common(1)[0] if timings else ((), 0)
+    timings = [t for t in timings if t.made == common]
+    if len(timings) < 2:
         return math.nan
     n = min(len(t.gaps) for t in timings)
     if n == 0:
