@@ -34,7 +34,7 @@ from ..errors import InvalidRequest, ModelNotFound
 from .fields import Fields
 from .http import json_response, read_json, until_disconnect
 
-__all__ = ["embeddings_routes", "parse_inputs", "MAX_INPUTS"]
+__all__ = ["embeddings_routes", "parse_inputs", "MAX_INPUTS", "served_encoders", "find_encoder"]
 
 #: Inputs per request (OpenAI's limit).
 MAX_INPUTS = 2048
@@ -43,6 +43,20 @@ MAX_INPUTS = 2048
 def _encoders(request: Request) -> dict[str, Encoder]:
     encoders = getattr(request.app.state, "encoders", None)
     return encoders if isinstance(encoders, dict) else {}
+
+
+def served_encoders(request: Request) -> list[Encoder]:
+    """The encoder models this server holds beside its chat models (-embed, -rerank): the
+    model lists name them too, so a client that checks the list before calling finds them."""
+    return list(_encoders(request).values())
+
+
+def find_encoder(request: Request, name: str) -> Encoder | None:
+    """The encoder served under `name` (with or without ":latest"), if any."""
+    for enc in served_encoders(request):
+        if name in (enc.name, enc.name.removesuffix(":latest"), f"{enc.name}:latest"):
+            return enc
+    return None
 
 
 def parse_inputs(value: Any) -> tuple[list[Input], bool]:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -84,6 +85,7 @@ class Encoder:
         self.bos_id, self.eos_id = model.bos_id, model.eos_id
         self.add_bos, self.add_eos = ctx.add_bos, ctx.add_eos
         self.stats = EncoderStats()
+        self.loaded_at = time.time()
         self._pending: deque[_Item] = deque()
         self._cond = threading.Condition()
         self._closed = False

@@ -28,6 +28,17 @@ def test_serve_with_embedder_and_reranker(tiny_model_path: Path, tmp_path: Path)
         got = ollama.Client(host=s.base).embed(model="all-minilm", input=["the cat", "a dog"])
         assert len(got.embeddings) == 2
         assert abs(sum(x * x for x in got.embeddings[0]) - 1.0) < 1e-3
+        # a client that checks the model list first finds the encoders there
+        listed = {m.id: m for m in client.models.list().data}
+        names = {"embed", "rank"}
+        assert names <= set(listed) and len(listed) == 3
+        assert client.models.retrieve("embed").model_dump()["llamay_kind"] == "embed"
+        assert client.models.retrieve("rank").model_dump()["llamay_kind"] == "rank"
+        oc = ollama.Client(host=s.base)
+        assert names <= {m.model for m in oc.list().models}
+        shown = oc.show("embed")
+        assert shown.capabilities == ["embedding"] and shown.modelinfo["general.architecture"] == "bert"
+        assert httpx.post(s.base + "/api/show", json={"model": "no-such"}).status_code == 404
         # the chat model still serves beside them
         chat = client.chat.completions.create(
             model="", messages=[{"role": "user", "content": "hi"}], max_tokens=3

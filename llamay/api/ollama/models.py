@@ -16,9 +16,11 @@ from starlette.responses import JSONResponse, Response
 from ... import __version__
 from ...chat.flow import model_traits
 from ...chat.reasoning import detect_reasoning
+from ...embed.service import Encoder
 from ...errors import InvalidRequest, ModelNotFound
 from ...runtime import LoadedModel
 from ...store.gguf_header import HeaderCache
+from ..embeddings import find_encoder, served_encoders
 from ..fields import Fields
 from ..http import read_json
 from . import describe
@@ -48,7 +50,7 @@ def _stored(runtime: Any) -> list[Any]:
     return list(store.list()) if store is not None and hasattr(store, "list") else []
 
 
-def _tags(runtime: Any, cache: HeaderCache) -> list[dict[str, Any]]:
+def _tags(runtime: Any, cache: HeaderCache, encoders: list[Encoder]) -> list[dict[str, Any]]:
     out, names = [], set()
     for m in _stored(runtime):
         meta, n = _header(cache, m.path)
@@ -65,11 +67,19 @@ def _tags(runtime: Any, cache: HeaderCache) -> list[dict[str, Any]]:
         st = lm.info.path.stat()
         details = describe.details_json(meta, n or lm.info.n_params)
         out.append(describe.tag_json(lm.name, st.st_size, lm.sha256 or "", st.st_mtime, details))
+        names.add(lm.name)
+    for enc in encoders:  # an embedding model (-embed) or reranker served from a file
+        if enc.name in names or f"{enc.name}:latest" in names:
+            continue
+        meta, n = _header(cache, enc.model.path)
+        st = enc.model.path.stat()
+        out.append(describe.tag_json(enc.name, st.st_size, "", st.st_mtime, describe.details_json(meta, n)))
     return out
 
 
 async def tags(request: Request) -> Response:
-    models = await asyncio.to_thread(_tags, request.app.state.runtime, headers(request))
+    runtime, cache = request.app.state.runtime, headers(request)
+    models = await asyncio.to_thread(_tags, runtime, cache, served_encoders(request))
     return JSONResponse({"models": models})
 
 
@@ -111,7 +121,9 @@ def _parameters(runtime: Any, name: str, path: Path) -> str:
     return describe.parameters_text(effective_params(runtime, name, path))
 
 
-def _show(runtime: Any, cache: HeaderCache, name: str, verbose: bool) -> dict[str, Any]:
+def _show(
+    runtime: Any, cache: HeaderCache, name: str, verbose: bool, enc: Encoder | None = None
+) -> dict[str, Any]:
     lm = _find_loaded(runtime, name)
     if lm is not None:  # what it runs with: its template as loaded
         meta, n = _header(cache, lm.info.path, verbose=verbose)
@@ -131,6 +143,12 @@ def _show(runtime: Any, cache: HeaderCache, name: str, verbose: bool) -> dict[st
                 path=str(m.path), meta=meta, n_params=n, template=template, parameters=_parameters(runtime, m.name, m.path),
                 caps=describe.capabilities(meta, thinking=thinks), modified=m.modified.timestamp(),
             )  # fmt: skip
+    if enc is not None:  # an encoder served from a file: no template, it only embeds or ranks
+        meta, n = _header(cache, enc.model.path, verbose=verbose)
+        return describe.show_json(
+            path=str(enc.model.path), meta=meta, n_params=n, template="", parameters="",
+            caps=describe.capabilities(meta, thinking=False), modified=enc.model.path.stat().st_mtime,
+        )  # fmt: skip
     raise ModelNotFound(f"model '{name}' not found", param="model")
 
 
@@ -138,7 +156,8 @@ async def show(request: Request) -> Response:
     f = Fields(await read_json(request))
     name = f.text("model") or f.text("name") or ""
     verbose = bool(f.flag("verbose", False))
-    body = await asyncio.to_thread(_show, request.app.state.runtime, headers(request), name, verbose)
+    runtime, cache, enc = request.app.state.runtime, headers(request), find_encoder(request, name)
+    body = await asyncio.to_thread(_show, runtime, cache, name, verbose, enc)
     return JSONResponse(body)
 
 

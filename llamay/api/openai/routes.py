@@ -12,12 +12,14 @@ from starlette.routing import Route
 
 from ...chat.defaults import sampling_defaults
 from ...chat.pipeline import Delta, Done, Generation, Prompt, start, start_batch
+from ...embed.service import Encoder
 from ...engine.request import ConstraintPlan
-from ...errors import EngineError, InvalidRequest
+from ...errors import EngineError, InvalidRequest, ModelNotFound
 from ...grammar import Grammar
 from ...runtime import LoadedModel, Runtime
 from ...types import FinishEvent, TokenEvent
 from ..anthropic import models as anthropic_models
+from ..embeddings import find_encoder, served_encoders
 from ..http import json_response, read_json, sse_response, until_disconnect
 from ..sessions import held_context
 from . import adapter
@@ -118,16 +120,24 @@ async def list_models(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     models = runtime.models()
     sampling = [await sampling_defaults(runtime, m) for m in models]
-    return json_response(
-        {"object": "list", "data": [model_json(m, s) for m, s in zip(models, sampling, strict=True)]}
-    )
+    data = [model_json(m, s) for m, s in zip(models, sampling, strict=True)]
+    names = {m.name for m in models}
+    data += [encoder_json(e) for e in served_encoders(request) if e.name not in names]
+    return json_response({"object": "list", "data": data})
 
 
 async def get_model(request: Request) -> Response:
     if anthropic_models.speaks_anthropic(request):
         return await anthropic_models.get_model(request)
     runtime: Runtime = request.app.state.runtime
-    m = runtime.get(request.path_params["model"])
+    name = request.path_params["model"]
+    try:
+        m = runtime.get(name)
+    except ModelNotFound:
+        enc = find_encoder(request, name)
+        if enc is None:
+            raise
+        return json_response(encoder_json(enc))
     return json_response(model_json(m, await sampling_defaults(runtime, m)))
 
 
@@ -136,6 +146,18 @@ def model_json(m: LoadedModel, sampling: dict[str, Any] | None = None) -> dict[s
     GGUF's general.sampling.*, then the server's flags, then what `create` set."""
     out = {"id": m.name, "object": "model", "created": int(m.loaded_at), "owned_by": "llamay"}
     return out | {"llamay_sampling": sampling or {}}
+
+
+def encoder_json(enc: Encoder) -> dict[str, Any]:
+    """An encoder (-embed, -rerank) as a model object; `llamay_kind` says what it serves:
+    "embed" (/v1/embeddings) or "rank" (/rerank)."""
+    return {
+        "id": enc.name,
+        "object": "model",
+        "created": int(enc.loaded_at),
+        "owned_by": "llamay",
+        "llamay_kind": enc.kind,
+    }
 
 
 def openai_routes() -> list[Route]:
