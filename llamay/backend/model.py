@@ -154,6 +154,17 @@ class Model:
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self.pieces[t] for t in tokens).decode("utf-8", errors="replace")
 
+    def fim_tokens(self) -> tuple[int, int, int] | None:
+        """(prefix, suffix, middle) fill-in-the-middle token ids, as the GGUF declares them
+        (tokenizer.ggml.fim_*_token_id) or llama.cpp finds them by name (<|fim_prefix|>,
+        <fim_prefix>, <PRE> ...); None for a model without all three."""
+        ids = (
+            int(llama_cpp.llama_vocab_fim_pre(self.vocab)),
+            int(llama_cpp.llama_vocab_fim_suf(self.vocab)),
+            int(llama_cpp.llama_vocab_fim_mid(self.vocab)),
+        )
+        return ids if all(0 <= t < self.n_vocab for t in ids) else None
+
     def check_tokens(self, tokens: list[int]) -> None:
         """Raise InvalidRequest if a token id is outside the vocabulary."""
         bad = [t for t in tokens if not 0 <= t < self.n_vocab]

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ...chat.defaults import sampling_defaults
+from ...chat.fim import fim_prompt
 from ...chat.pipeline import Delta, Done, Generation, Prompt, start, start_batch
 from ...embed.service import Encoder
 from ...engine.request import ConstraintPlan
@@ -29,7 +30,11 @@ from .schemas import Common, parse_completion, with_defaults
 __all__ = ["openai_routes"]
 
 
-def completion_prompt(lm: LoadedModel, prompt: str | list[int], grammar: Grammar | None) -> Prompt:
+def completion_prompt(
+    lm: LoadedModel, prompt: str | list[int], grammar: Grammar | None, suffix: str | None = None
+) -> Prompt:
+    if suffix is not None:
+        return fim_prompt(lm, prompt, suffix, grammar)
     if isinstance(prompt, list):
         lm.model.check_tokens(prompt)
         tokens = prompt
@@ -54,7 +59,9 @@ async def completions(request: Request) -> Response:
     common.sampling.validate(lm.model.n_vocab)  # logit_bias ids must be in this vocabulary
     if len(req.prompts) > 1 and (common.stream or common.session is not None):
         raise InvalidRequest("streaming and 'llamay_session' take one prompt per request", param="prompt")
-    prompts = [completion_prompt(lm, p, common.grammar) for p in req.prompts]
+    if req.suffix is not None and common.session is not None:
+        raise InvalidRequest("'suffix' (fill-in-the-middle) cannot continue a 'llamay_session'", param="suffix")
+    prompts = [completion_prompt(lm, p, common.grammar, req.suffix) for p in req.prompts]
     want_lp = req.logprobs is not None
     spec = run_spec(common, runtime, keep_tokens=want_lp, prompt_logprobs=req.logprobs if score else None)
     async with held_context(request, lm, common.session) as held:

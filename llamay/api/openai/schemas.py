@@ -84,6 +84,7 @@ class CompletionRequest:
     prompts: list[str | list[int]]
     echo: bool
     logprobs: int | None
+    suffix: str | None = None  # fill-in-the-middle: the text that follows the insertion
 
 
 def _logit_bias(f: Fields) -> tuple[tuple[int, float], ...]:
@@ -299,15 +300,19 @@ def parse_completion(body: Any) -> CompletionRequest:
     if raw is None:
         raise InvalidRequest("'prompt' is required", param="prompt")
     prompts = _prompts(raw)
-    if f.raw("suffix"):
-        raise InvalidRequest("'suffix' (insertion) is not supported by this server", param="suffix")
+    suffix = f.raw("suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise InvalidRequest("'suffix' must be a string", param="suffix")
     logprobs = f.integer("logprobs", None, lo=0, hi=5)
     # max_tokens 0 reads the prompt only: with echo and logprobs, to score it.
     common = _common(f, default_max=16, logprobs=(1 + logprobs) if logprobs is not None else 0, min_tokens=0)
     best_of = f.integer("best_of", None, lo=1)
     if best_of is not None and best_of != common.n:
         raise InvalidRequest("'best_of' other than 'n' is not supported", param="best_of")
-    return CompletionRequest(common, prompts, bool(f.flag("echo", False)), logprobs)
+    echo = bool(f.flag("echo", False))
+    if suffix and echo:
+        raise InvalidRequest("'echo' cannot be combined with 'suffix' (fill-in-the-middle)", param="suffix")
+    return CompletionRequest(common, prompts, echo, logprobs, suffix or None)
 
 
 def _prompts(raw: Any) -> list[str | list[int]]:

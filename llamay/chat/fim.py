@@ -1,0 +1,43 @@
+"""Fill-in-the-middle prompts: the code a model should write between a prefix and a suffix
+(OpenAI's `suffix` on /v1/completions, Ollama's on /api/generate)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..engine.request import ConstraintPlan
+from ..errors import InvalidRequest
+from ..grammar import Grammar
+from .pipeline import Prompt
+
+if TYPE_CHECKING:
+    from ..runtime import LoadedModel
+
+__all__ = ["fim_prompt"]
+
+
+def fim_prompt(
+    lm: LoadedModel, prefix: str | list[int], suffix: str, grammar: Grammar | None = None
+) -> Prompt:
+    """The prompt in the prefix-suffix-middle order code models are trained on:
+    [BOS] <fim_prefix> prefix <fim_suffix> suffix <fim_middle>; what the model writes next
+    is the middle. Text is tokenized as plain text, so a caller cannot write the model's
+    special tokens into it. InvalidRequest for a model without fill-in-the-middle tokens."""
+    model = lm.model
+    fim = model.fim_tokens()
+    if fim is None:
+        raise InvalidRequest(
+            f"model '{lm.name}' cannot fill in the middle: its GGUF declares no fill-in-the-middle "
+            "tokens (prefix, suffix and middle); 'suffix' needs a code model trained for it",
+            param="suffix",
+        )
+    pre, suf, mid = fim
+    if isinstance(prefix, list):
+        model.check_tokens(prefix)
+        head = prefix
+    else:
+        head = model.tokenize(prefix, add_special=False, parse_special=False)
+    tail = model.tokenize(suffix, add_special=False, parse_special=False)
+    bos = [model.bos_id] if model.add_bos and model.bos_id >= 0 else []
+    plan = ConstraintPlan(grammar, label="json") if grammar is not None else None
+    return Prompt([*bos, pre, *head, suf, *tail, mid], None, None, plan, grammar)
