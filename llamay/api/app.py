@@ -25,6 +25,7 @@ from .errors import exception_handlers
 from .http import json_response
 from .metrics import CountingMiddleware, RequestCounter
 from .ollama.routes import ollama_routes
+from .openai.responses import responses_routes
 from .openai.routes import openai_routes
 from .openapi import openapi_routes
 from .rag import rag_routes
@@ -36,6 +37,7 @@ __all__ = ["create_app", "ENDPOINTS"]
 ENDPOINTS: list[tuple[str, str, str]] = [
     ("POST", "/v1/chat/completions", "chat (OpenAI): streaming, schemas, tools, reasoning, sessions"),
     ("POST", "/v1/completions", "text completion (OpenAI)"),
+    ("POST", "/v1/responses", "Responses API (OpenAI): stored turns continue a server-held context"),
     ("GET", "/v1/models", "models (OpenAI)"),
     ("POST", "/v1/messages", "Anthropic Messages API (+ /count_tokens)"),
     ("POST", "/api/chat", "Ollama chat (+ /api/generate, tags, ps, show, pull, ...)"),
@@ -89,6 +91,7 @@ def create_app(runtime: Runtime, keys: KeyRing | None = None) -> Starlette:
     routes = [
         Route("/health", health, methods=["GET"]),
         *openai_routes(),
+        *responses_routes(),
         *context_routes(),
         *anthropic_routes(),
         *ollama_routes(),
@@ -104,6 +107,8 @@ def create_app(runtime: Runtime, keys: KeyRing | None = None) -> Starlette:
         reaper = asyncio.create_task(_reap(runtime))
         yield
         reaper.cancel()
+        if getattr(app.state, "responses", None) is not None:  # their records end with the process
+            await app.state.responses.close()
         # Shutdown runs here, before the server process exits: engines stop and contexts
         # are written to disk.
         await asyncio.to_thread(runtime.close)
