@@ -26,6 +26,9 @@ def windows(text: str, hits: re.Pattern[str], margin: int = 0) -> Iterator[tuple
         start, end = max(0, m.start() - margin), min(n, m.end() + margin)
         if start <= cur_end:  # overlaps the current window: it already reaches whitespace
             start = cur_start
+            # ... and so does its end: scanning again from each hit would make a long
+            # whitespace-free run with many hits ("a@a@a@...") quadratic.
+            end = max(end, cur_end)
         else:
             while start > 0 and not text[start - 1].isspace():
                 start -= 1

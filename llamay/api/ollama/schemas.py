@@ -11,7 +11,6 @@ accepted and ignored; unknown options are logged and ignored, as Ollama does.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -32,6 +31,7 @@ __all__ = [
     "OllamaGenerate",
     "parse_chat",
     "parse_generate",
+    "go_duration",
     "parse_keep_alive",
     "parse_options",
 ]
@@ -59,8 +59,11 @@ IGNORED_OPTIONS = frozenset(
         "draft_num_predict",
     ]
 )
-_DURATION = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+# The longest keep_alive text read. Go's longest duration, "2562047h47m16.854775807s", has
+# 24 characters; the cap is checked before any parsing so no input costs more than this.
+MAX_DURATION_CHARS = 64
+_DIGITS = frozenset("0123456789")
 
 
 @dataclass(frozen=True)
@@ -123,29 +126,60 @@ class OllamaGenerate:
 
 def parse_keep_alive(value: Any, param: str = "keep_alive") -> float | None:
     """Ollama's keep_alive: a number of seconds or a Go duration ("5m", "1h30m", "-1m");
-    any negative value means "keep loaded". Returns seconds (negative kept as -1.0)."""
+    any negative value means "keep loaded". Returns seconds (negative kept as -1.0). Text
+    longer than MAX_DURATION_CHARS is a 400 before it is parsed (`go_duration` is linear
+    anyway)."""
     if value is None:
         return None
     seconds: float | None = None
     if isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
-    elif isinstance(value, str):
+    elif isinstance(value, str) and len(value) <= MAX_DURATION_CHARS:
         text = value.strip()
         sign = -1.0 if text.startswith("-") else 1.0
         body = text.lstrip("+-")
         try:
             seconds = sign * float(body)  # a bare number: seconds
         except ValueError:
-            parts = _DURATION.findall(body)
-            if body and "".join(n + u for n, u in parts) == body:
-                seconds = sign * sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+            parsed = go_duration(body)
+            seconds = None if parsed is None else sign * parsed
     if seconds is None or seconds != seconds:
         raise InvalidRequest(
             f'\'{param}\' must be a duration such as "5m" or "1h30m", or a number of seconds '
-            f"(negative: keep loaded), not {value!r}",
+            f"(negative: keep loaded), not {value!r:.80}",
             param=param,
         )
     return -1.0 if seconds < 0 else seconds
+
+
+def go_duration(text: str) -> float | None:
+    """Seconds in an unsigned Go duration ("1h30m", "1.5s", ".5ms"), or None if `text` is
+    not one. One left-to-right pass, each character looked at once: a number (digits, and
+    a dot followed by at least one digit), then a unit; repeated to the end."""
+    total, i, n = 0.0, 0, len(text)
+    if n == 0:
+        return None
+    while i < n:
+        start = i
+        while i < n and text[i] in _DIGITS:
+            i += 1
+        whole = i > start
+        if i < n and text[i] == ".":
+            i += 1
+            frac = i
+            while i < n and text[i] in _DIGITS:
+                i += 1
+            if i == frac:  # "5." has no digit after its dot
+                return None
+        elif not whole:
+            return None
+        number = float(text[start:i])
+        unit = text[i : i + 2] if text[i : i + 2] in _UNIT_SECONDS else text[i : i + 1]
+        if unit not in _UNIT_SECONDS:
+            return None
+        total += number * _UNIT_SECONDS[unit]
+        i += len(unit)
+    return total
 
 
 def parse_options(raw: Any, *, logprobs: bool = False, top_logprobs: int = 0) -> Generation:
