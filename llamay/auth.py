@@ -1,9 +1,15 @@
 """API keys and principals.
 
 Keys come from `LLAMAY_API_KEY` (one admin key) and/or a keys file:
-`{"keys": [{"key": "...", "principal": "ops", "groups": ["finance"], "role": "user" | "admin"}]}`.
-With no keys the server is single-user: every request acts as the local admin.
+`{"keys": [{"key": "...", "principal": "ops", "groups": ["finance"], "role": "user" | "admin",
+"cache_group": "team-a"}]}`. With no keys the server is single-user: every request acts as the
+local admin.
 Keys are compared in constant time and never logged.
+
+Each principal has a prefix-cache namespace: its own (`u:<principal>`), or `g:<cache_group>`
+for keys that deliberately share cached prompts; the single user's is "". The namespace of
+the request being served is in `CURRENT_NAMESPACE` (set by the HTTP edge), which the chat
+pipeline passes to the engine.
 """
 
 from __future__ import annotations
@@ -12,12 +18,16 @@ import hashlib
 import hmac
 import json
 import os
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import Forbidden, Unauthorized
 
-__all__ = ["Principal", "KeyRing", "LOCAL", "bearer_token"]
+__all__ = ["Principal", "KeyRing", "LOCAL", "ANONYMOUS", "CURRENT_NAMESPACE", "bearer_token"]
+
+# The prefix-cache namespace of the request being served ("" single user: one namespace).
+CURRENT_NAMESPACE: ContextVar[str] = ContextVar("llamay_namespace", default="")
 
 
 @dataclass(frozen=True)
@@ -25,6 +35,7 @@ class Principal:
     name: str
     groups: tuple[str, ...] = ()
     role: str = "user"
+    namespace: str = ""  # its prefix-cache namespace (see the module docstring)
 
     @property
     def admin(self) -> bool:
@@ -35,13 +46,16 @@ class Principal:
         return None if single_user else self.name
 
     def check_owner(self, owner: str | None, what: str) -> None:
-        """403 unless this principal owns the resource (or is an admin)."""
-        if self.admin or owner is None or owner == self.name:
+        """403 unless this principal owns the resource (or is an admin). A resource with
+        no owner was made by the single user before keys were set up: the admins'."""
+        if self.admin or owner == self.name:
             return
         raise Forbidden(f"{what} belongs to another principal")
 
 
 LOCAL = Principal("local", (), "admin")
+# Who calls an open path (/health) while keys are on: nobody in particular, never an admin.
+ANONYMOUS = Principal("anonymous", (), "user", "anon")
 
 
 class KeyRing:
@@ -59,7 +73,7 @@ class KeyRing:
         entries: list[tuple[str, Principal]] = []
         admin_key = env.get("LLAMAY_API_KEY", "")
         if admin_key:
-            entries.append((admin_key, Principal("admin", (), "admin")))
+            entries.append((admin_key, Principal("admin", (), "admin", "u:admin")))
         if keys_file is not None:
             entries.extend(_read_keys(keys_file))
         return cls(entries)
@@ -88,8 +102,18 @@ def _read_keys(path: Path) -> list[tuple[str, Principal]]:
             role = item.get("role", "user")
             if role not in ("user", "admin"):
                 raise ValueError(f"role must be 'user' or 'admin', not {role!r}")
-            groups = tuple(str(g) for g in item.get("groups", []))
-            out.append((str(item["key"]), Principal(str(item["principal"]), groups, role)))
+            groups = item.get("groups", [])
+            if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
+                # "groups": "finance" would otherwise become seven one-letter groups.
+                raise ValueError(f"'groups' must be a list of names, like [\"finance\"], not {groups!r}")
+            name = item["principal"]
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"'principal' must be a non-empty string, not {name!r}")
+            group = item.get("cache_group")
+            if group is not None and (not isinstance(group, str) or not group):
+                raise ValueError(f"'cache_group' must be a non-empty string, not {group!r}")
+            namespace = f"g:{group}" if group else f"u:{name}"
+            out.append((str(item["key"]), Principal(name, tuple(groups), role, namespace)))
         return out
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"cannot read keys file {path}: {exc}") from None

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..auth import LOCAL, KeyRing, Principal, bearer_token
+from ..auth import ANONYMOUS, CURRENT_NAMESPACE, LOCAL, KeyRing, Principal, bearer_token
 from ..errors import Forbidden, Unauthorized
 from .errors import api_of, error_body
 
@@ -44,8 +44,8 @@ class AuthMiddleware:
             return
         state = scope.setdefault("state", {})
         if scope["path"] in OPEN_PATHS or not self.keys.enabled:
-            state["principal"] = LOCAL
-            await self.app(scope, receive, send)
+            state["principal"] = ANONYMOUS if self.keys.enabled else LOCAL
+            await self._serve(state["principal"], scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
@@ -57,7 +57,16 @@ class AuthMiddleware:
         except (Unauthorized, Forbidden) as exc:
             await _deny(send, scope["path"], exc)
             return
-        await self.app(scope, receive, send)
+        await self._serve(principal, scope, receive, send)
+
+    async def _serve(self, principal: Principal, scope: Scope, receive: Receive, send: Send) -> None:
+        # The prefix-cache namespace follows the request into the pipeline (and the tasks
+        # it starts), so no route can forget to pass it.
+        token = CURRENT_NAMESPACE.set(principal.namespace)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            CURRENT_NAMESPACE.reset(token)
 
 
 async def _deny(send: Send, path: str, exc: Unauthorized | Forbidden) -> None:
@@ -78,5 +87,12 @@ def _error_body(path: str, exc: Unauthorized | Forbidden) -> dict[str, Any]:
 
 
 def principal_of(request: Request) -> Principal:
+    """The authenticated caller. A request that did not pass the middleware has none: with
+    keys on that is a 401, never the admin (single user: the local admin, as every caller)."""
     p = request.scope.get("state", {}).get("principal")
-    return p if isinstance(p, Principal) else LOCAL
+    if isinstance(p, Principal):
+        return p
+    keys = getattr(request.app.state, "keys", None)
+    if keys is not None and not keys.enabled:
+        return LOCAL
+    raise Unauthorized("no authenticated principal for this request")

@@ -8,17 +8,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..chat.contexts import Check, ContextService
-from ..errors import InvalidRequest
-from ..kv.snapshot import read_snapshot
+from ..errors import Forbidden, InvalidRequest
 from ..runtime import LoadedModel, Runtime
 from .authn import principal_of
 from .fields import Fields
-from .http import json_response, read_body, read_json
+from .http import json_response, read_json
+from .restore import restore_context, snapshot_key
 
 __all__ = ["context_routes", "contexts_of", "owner_check"]
 
-MAX_FORKS = 10_000
-MAX_SNAPSHOT = 4 * 1024 * 1024 * 1024
+MAX_FORKS = 64
 
 
 def contexts_of(request: Request) -> ContextService:
@@ -40,10 +39,15 @@ async def create_context(request: Request) -> Response:
     f = Fields(await read_json(request))
     lm = await runtime.use(f.text("model", ""))
     marking = f.text("marking")
+    shared = bool(f.flag("shared", False))
+    principal = principal_of(request)
+    if shared and not principal.admin:
+        raise Forbidden("only an admin may share a context's prefix with every tenant")
     tokens = _prefix_tokens(lm, f)
-    owner = principal_of(request).owner_tag(single_user(request))
-    cid = await contexts_of(request).create(lm, tokens, owner=owner, marking=marking)
-    return json_response({"id": cid, "object": "context", "model": lm.name, "tokens": len(tokens)})
+    owner = principal.owner_tag(single_user(request))
+    cid = await contexts_of(request).create(lm, tokens, owner=owner, marking=marking, shared=shared)
+    body = {"id": cid, "object": "context", "model": lm.name, "tokens": len(tokens), "shared": shared}
+    return json_response(body)
 
 
 def _prefix_tokens(lm: LoadedModel, f: Fields) -> list[int]:
@@ -75,7 +79,7 @@ async def fork_context(request: Request) -> Response:
 
 async def list_contexts(request: Request) -> Response:
     principal = principal_of(request)
-    found = await contexts_of(request).every(lambda r: principal.admin or r.owner in (None, principal.name))
+    found = await contexts_of(request).every(lambda r: principal.admin or r.owner == principal.name)
     return json_response({"object": "list", "data": [r.public(lm.name) for lm, r in found]})
 
 
@@ -91,19 +95,12 @@ async def delete_context(request: Request) -> Response:
 
 
 async def snapshot_context(request: Request) -> Response:
-    rec, data = await contexts_of(request).snapshot(request.path_params["cid"], owner_check(request))
+    service = contexts_of(request)
+    rec, data = await service.snapshot(
+        request.path_params["cid"], owner_check(request), snapshot_key(request)
+    )
     headers = {"Content-Disposition": f'attachment; filename="{rec.id}.llamayctx"'}
     return Response(data, media_type="application/octet-stream", headers=headers)
-
-
-async def restore_context(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
-    data = await read_body(request, MAX_SNAPSHOT)
-    header, state = read_snapshot(data)
-    lm = await runtime.use(request.query_params.get("model", ""))
-    principal_of(request).check_owner(header.owner, "the snapshot")
-    rec = await contexts_of(request).restore(lm, header, state)
-    return json_response({"id": rec.id, "object": "context", "model": lm.name, "tokens": len(rec.tokens)})
 
 
 def context_routes() -> list[Route]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from ..auth import CURRENT_NAMESPACE
 from ..errors import EngineError, InvalidRequest, NotFound
 from ..kv.contexts import ContextRecord
 from ..kv.snapshot import SnapshotHeader, check_model
@@ -63,13 +64,20 @@ class ContextService:
         return out
 
     async def create(
-        self, lm: LoadedModel, tokens: list[int], *, owner: str | None = None, marking: str | None = None
+        self,
+        lm: LoadedModel,
+        tokens: list[int],
+        *,
+        owner: str | None = None,
+        marking: str | None = None,
+        shared: bool = False,
     ) -> str:
-        """A new context holding `tokens` (computed now); its id."""
+        """A new context holding `tokens` (computed now); its id. `shared` (the caller
+        checked that an admin asks): its KV is a prefix every tenant may attach to."""
         if not tokens:
             raise InvalidRequest("the context would be empty", param="prompt")
         spec = RunSpec(sampling=SamplingParams(temperature=0), max_tokens=0)
-        gen = await start(lm, Prompt(tokens), spec, new_context=NewContext(owner, marking))
+        gen = await start(lm, Prompt(tokens), spec, new_context=NewContext(owner, marking, shared))
         (choice,) = await gen.collect()
         cid = choice.finish.extra.get("context_id")
         if not isinstance(cid, str):
@@ -85,21 +93,44 @@ class ContextService:
         lm, _ = await self.find(cid, check)
         await self._on_engine(lm, lm.engine.kv.delete, cid)
 
-    async def snapshot(self, cid: str, check: Check = _allow) -> tuple[ContextRecord, bytes]:
-        """Context `cid` in the snapshot file format."""
+    async def snapshot(
+        self, cid: str, check: Check = _allow, key: bytes | None = None
+    ) -> tuple[ContextRecord, bytes]:
+        """Context `cid` in the snapshot file format (signed with `key`, if given)."""
         lm, rec = await self.find(cid, check)
-        return rec, await self._on_engine(lm, lm.engine.kv.snapshot, cid)
+        return rec, await self._on_engine(lm, lm.engine.kv.snapshot, cid, key)
 
-    async def restore(self, lm: LoadedModel, header: SnapshotHeader, state: bytes) -> ContextRecord:
+    async def restore(
+        self,
+        lm: LoadedModel,
+        header: SnapshotHeader,
+        state: bytes,
+        *,
+        owner: str | None | Literal["header"] = "header",
+        namespace: str | None = None,
+    ) -> ContextRecord:
         """A new context on `lm` from a snapshot read with `kv.snapshot.read_snapshot`:
-        the snapshot must be of this model and fit its context."""
+        the snapshot must be of this model and fit its context. It is owned by `owner`
+        (by default the header's) in prefix-cache `namespace` (by default the current
+        request's: never SHARED unless the caller decided the snapshot is trusted). A
+        damaged state is InvalidRequest before anything in the cache gives way."""
         check_model(header, lm.name, lm.sha256 or "")
         lm.model.check_tokens(header.tokens)
         if len(header.tokens) >= lm.engine.n_ctx:
             raise InvalidRequest(
                 f"the snapshot holds {len(header.tokens)} tokens; this context holds {lm.engine.n_ctx}"
             )
-        return await self._on_engine(lm, lm.engine.kv.restore, header, state)
+        kv = lm.engine.kv
+        return await self._on_engine(
+            lm,
+            lambda: kv.restore(
+                header,
+                state,
+                owner=header.owner if owner == "header" else owner,
+                namespace=CURRENT_NAMESPACE.get() if namespace is None else namespace,
+                check_state=kv.check_state,
+            ),
+        )
 
     @asynccontextmanager
     async def reserve(self, lm: LoadedModel, cid: str, check: Check = _allow) -> AsyncIterator[Held]:

@@ -17,11 +17,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ..auth import CURRENT_NAMESPACE
 from ..engine.client import EventStream, merge, submit_all
 from ..engine.request import ConstraintPlan, GenerateRequest, SessionSpec
 from ..errors import Conflict, EngineError, InvalidRequest, LlamayError
 from ..grammar import Grammar
 from ..grammar.report import check
+from ..kv.pool import SHARED
 from ..types import ErrorEvent, FinishEvent, SamplingParams, StopSpec, TokenEvent, Usage
 from .defaults import sampling_defaults
 from .flow import ChatOptions, ChatSetup, Piece, output_limit, prepare_chat
@@ -93,7 +95,9 @@ class RunSpec:
     """How to generate, whatever API asked. `keep_tokens`: keep each choice's token
     events (for log-probs). `prompt_logprobs`: score the prompt's own tokens with that many
     alternatives, from prompt token `score_from` on (the tokens before it may share a
-    cached prefix). `default_max`: the limit for constrained output that sets none."""
+    cached prefix). `default_max`: the limit for constrained output that sets none.
+    `namespace`: the prefix-cache namespace (None: the current request's, set from its
+    principal by the HTTP edge; "" outside a server)."""
 
     sampling: SamplingParams = field(default_factory=SamplingParams)
     max_tokens: int | None = None
@@ -105,6 +109,7 @@ class RunSpec:
     prompt_logprobs: int | None = None
     score_from: int = 1
     default_max: int = 2048
+    namespace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,10 +123,13 @@ class Held:
 @dataclass(frozen=True)
 class NewContext:
     """Keep the prompt as a new server-held context (usually with max_tokens 0); the
-    finish event's `extra["context_id"]` names it."""
+    finish event's `extra["context_id"]` names it. `shared` (an admin's choice): its KV is
+    in the SHARED namespace, a prefix every tenant's requests may attach to; it is then
+    computed from shared prefixes only."""
 
     owner: str | None = None
     marking: str | None = None
+    shared: bool = False
 
 
 @dataclass
@@ -314,6 +322,10 @@ async def start_batch(
         session = SessionSpec(context_id=held.context_id)
     elif new_context is not None:
         session = SessionSpec(create=True, owner=new_context.owner, marking=new_context.marking)
+    namespace = spec.namespace if spec.namespace is not None else CURRENT_NAMESPACE.get()
+    if new_context is not None and new_context.shared:
+        namespace = SHARED
+    spec = replace(spec, namespace=namespace)
     requests = [r for p in prompts for r in requests_for(lm, p.tokens, p.plan, spec, session)]
     cap = lm.engine.config.max_queue
     if len(requests) > cap:
@@ -349,6 +361,7 @@ def requests_for(
                 cache=spec.cache_prompt,
                 prompt_logprobs=spec.prompt_logprobs,
                 score_from=spec.score_from,
+                namespace=spec.namespace or "",
             )
         )
     return out

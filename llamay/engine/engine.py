@@ -251,7 +251,7 @@ class Engine:
                 limit = min(limit, max(0, req.score_from - 1))
             context_id = req.session.context_id if req.session is not None else None
             seq.n_past = seq.n_cached = self.kv.attach(
-                seq_id, seq.tokens, limit, context_id=context_id, share=req.cache
+                seq_id, seq.tokens, limit, context_id=context_id, share=req.cache, namespace=req.namespace
             )
         except Exception as exc:
             self.kv.release(seq_id)
@@ -345,7 +345,9 @@ class Engine:
             return
         s.done = True
         completed = reason in ("stop", "length")
-        context_id = self.kv.settle(s, s.request.session, completed=completed, cache=s.request.cache)
+        context_id = self.kv.settle(
+            s, s.request.session, completed=completed, cache=s.request.cache, namespace=s.request.namespace
+        )
         if reason == "abort":
             self.stats.aborted += 1
         now = time.perf_counter()

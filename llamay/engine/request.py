@@ -75,6 +75,10 @@ class GenerateRequest:
     # With prompt_logprobs: the first prompt token to score (at least 1). The tokens before
     # it may come from a cached prefix, so continuations of one prompt share its KV.
     score_from: int = 1
+    # The tenant namespace of the prefix cache: the request attaches only to prefixes of
+    # this namespace (or shared ones), and what it computes stays in it. "" is the
+    # single-user namespace; the engine never interprets the string.
+    namespace: str = ""
     id: int = field(default_factory=lambda: next(_ids))
 
 

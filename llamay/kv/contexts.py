@@ -3,12 +3,19 @@ a spill file on disk when it is not resident.
 
 A fork is a record pointing at the same holder (one more pin), not a KV copy: forking a
 4,000-token context a thousand ways costs a thousand small records. Engine-thread only.
+
+A context's KV is a prefix-cache entry of the context's namespace (its creator's, or
+SHARED for one an admin shared). The store's folder has one owner process at a time
+(kv/storelock.py); the index is replaced atomically, and nothing is deleted at start: a
+spill file the index does not name (written after the last index by a process that then
+died) becomes a context again.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import secrets
 import time
@@ -17,9 +24,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import Conflict, InvalidRequest, NotFound, Overloaded
-from .pool import SeqPool
+from ..errors import Conflict, InvalidRequest, LlamayError, NotFound, Overloaded
+from .pool import SHARED, SeqPool
 from .snapshot import SnapshotHeader, read_snapshot, write_snapshot
+from .storelock import StoreLock, write_atomic
 
 __all__ = ["ContextRecord", "Contexts", "StateOps"]
 
@@ -46,8 +54,11 @@ class ContextRecord:
     holder: int | None = None  # pool entry seq id while resident
     spill: str | None = None  # snapshot file while not resident
     busy: bool = False
+    namespace: str = ""  # the prefix-cache namespace its KV belongs to
 
     def public(self, model: str) -> dict[str, object]:
+        # A record read from an older index may hold any float: never fail a listing on it.
+        created = int(self.created) if math.isfinite(self.created) else 0
         return {
             "id": self.id,
             "object": "context",
@@ -55,8 +66,9 @@ class ContextRecord:
             "tokens": len(self.tokens),
             "owner": self.owner,
             "marking": self.marking,
-            "created": int(self.created),
+            "created": created,
             "resident": self.holder is not None,
+            "shared": self.namespace == SHARED,
         }
 
 
@@ -68,6 +80,7 @@ class Contexts:
         self.model_name = model_name
         self.model_sha = model_sha
         self.records: dict[str, ContextRecord] = {}
+        self.lock = StoreLock(folder)  # StoreBusy when another process owns the folder
 
     # -- records -----------------------------------------------------------------------
     def get(self, cid: str) -> ContextRecord:
@@ -93,18 +106,26 @@ class Contexts:
             rec.busy = False
 
     def adopt(
-        self, seq: int, tokens: list[int], n_kv: int, owner: str | None, marking: str | None
+        self,
+        seq: int,
+        tokens: list[int],
+        n_kv: int,
+        owner: str | None,
+        marking: str | None,
+        namespace: str = "",
     ) -> ContextRecord:
-        """A finished sequence becomes a new context's pinned holder."""
-        self.pool.keep(seq, tokens[:n_kv], pins=1)
-        rec = ContextRecord(_new_id(), list(tokens), n_kv, owner, marking, time.time(), holder=seq)
+        """A finished sequence becomes a new context's pinned holder, in `namespace`."""
+        self.pool.keep(seq, tokens[:n_kv], pins=1, namespace=namespace)
+        rec = ContextRecord(
+            _new_id(), list(tokens), n_kv, owner, marking, time.time(), holder=seq, namespace=namespace
+        )
         self.records[rec.id] = rec
         return rec
 
     def update(self, rec: ContextRecord, seq: int, tokens: list[int], n_kv: int) -> None:
         """A request on `rec` finished in `seq`: the context now holds its prompt + reply."""
         self._unpin(rec)
-        self.pool.keep(seq, tokens[:n_kv], pins=1)
+        self.pool.keep(seq, tokens[:n_kv], pins=1, namespace=rec.namespace)
         rec.tokens, rec.n_kv, rec.holder, rec.spill = list(tokens), n_kv, seq, None
 
     def fork(self, cid: str, n: int) -> list[ContextRecord]:
@@ -112,7 +133,7 @@ class Contexts:
         out = []
         for _ in range(n):
             rec = ContextRecord(_new_id(), src.tokens, src.n_kv, src.owner, src.marking, time.time(),
-                                holder=src.holder, spill=src.spill)  # fmt: skip
+                                holder=src.holder, spill=src.spill, namespace=src.namespace)  # fmt: skip
             if rec.holder is not None:
                 self.pool.entries[rec.holder].pins += 1
             self.records[rec.id] = rec
@@ -144,7 +165,7 @@ class Contexts:
                 f"the KV cache has no room to bring context '{rec.id}' back right now; retry shortly"
             )
         n_kv = self.state.seq_pos_max(seq) + 1
-        self.pool.keep(seq, header.tokens[:n_kv], pins=0)
+        self.pool.keep(seq, header.tokens[:n_kv], pins=0, namespace=rec.namespace)
         for other in self.records.values():  # every record sharing that file comes back together
             if other.spill == path:
                 other.holder, other.spill = seq, None
@@ -166,23 +187,23 @@ class Contexts:
         self.spill_entry(min(pinned, key=lambda e: e.last_used).seq)
         return True
 
-    def spill_entry(self, seq: int) -> Path:
+    def spill_entry(self, seq: int, *, durable: bool = False) -> Path:
         sharers = [r for r in self.records.values() if r.holder == seq]
         path = self.folder / f"{sharers[0].id}.llamayctx"
-        self._write(path, sharers[0], self.state.seq_state(seq))
+        self._write(path, sharers[0], self.state.seq_state(seq), durable=durable)
         for r in sharers:
             r.holder, r.spill = None, str(path)
         self.pool.drop(seq)
         return path
 
     # -- snapshots ---------------------------------------------------------------------
-    def snapshot(self, rec: ContextRecord) -> bytes:
+    def snapshot(self, rec: ContextRecord, key: bytes | None = None) -> bytes:
         if rec.holder is not None:
             state = self.state.seq_state(rec.holder)
         else:
             assert rec.spill is not None
             _, state = read_snapshot(Path(rec.spill).read_bytes())
-        return write_snapshot(self._header(rec), state)
+        return write_snapshot(self._header(rec), state, key)
 
     def _load_state(self, seq: int, state: bytes) -> bool:
         """Load state into `seq`, making room first if needed: llama.cpp wants one free run
@@ -193,8 +214,24 @@ class Contexts:
         return True
 
     def restore(
-        self, header: SnapshotHeader, state: bytes, acquire: Callable[[], int | None]
+        self,
+        header: SnapshotHeader,
+        state: bytes,
+        acquire: Callable[[], int | None],
+        *,
+        owner: str | None,
+        namespace: str,
+        check_state: Callable[[bytes], int] | None = None,
     ) -> ContextRecord:
+        """A new context from a snapshot, owned by `owner` in `namespace` (the caller
+        decides what a snapshot is trusted with). `check_state` (the state's cell count, or
+        InvalidRequest) runs first, so a state llama.cpp would reject never makes cached
+        prefixes or idle contexts give way: only a well-formed one that finds no free run of
+        cells does, and if it still finds none, that is Overloaded (503)."""
+        if check_state is not None:
+            n_cells = check_state(state)
+            if n_cells > len(header.tokens):
+                raise InvalidRequest("the snapshot's KV state holds more positions than its tokens")
         seq = acquire()
         if seq is None:
             raise Overloaded("no sequence is free to restore into; retry shortly")
@@ -205,33 +242,63 @@ class Contexts:
         if n_kv > len(header.tokens):
             self.pool.release(seq)
             raise InvalidRequest("the snapshot's KV state holds more positions than its tokens")
-        return self.adopt(seq, header.tokens, n_kv, header.owner, header.marking)
+        return self.adopt(seq, header.tokens, n_kv, owner, header.marking, namespace)
 
     # -- persistence -------------------------------------------------------------------
     def save_all(self) -> None:
-        """Write every resident context to disk and an index of all of them."""
+        """Write every resident context to disk and an index of all of them (atomically:
+        a kill mid-write leaves the previous index), then give the store up."""
+        if not self.lock.held:
+            return
         for seq in {r.holder for r in self.records.values() if r.holder is not None}:
-            self.spill_entry(seq)  # type: ignore[arg-type]
+            self.spill_entry(seq, durable=True)  # type: ignore[arg-type]
         index = [asdict(r) | {"holder": None, "busy": False} for r in self.records.values()]
         self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.folder / "index.json.tmp"
-        tmp.write_text(json.dumps({"model_sha256": self.model_sha, "contexts": index}))
-        os.replace(tmp, self.folder / "index.json")
+        body = json.dumps({"model_sha256": self.model_sha, "contexts": index}).encode()
+        write_atomic(self.folder / "index.json", body)
+        self.lock.release()
 
     def load_all(self) -> int:
+        """Read the index (records whose file is gone or unreadable are skipped, with a
+        log line), then recover spill files it does not name. Deletes nothing."""
         path = self.folder / "index.json"
-        if not path.is_file():
-            return 0
-        data = json.loads(path.read_text())
-        for item in data.get("contexts", []):
-            rec = ContextRecord(**item)
+        items: list[object] = []
+        if path.is_file():
+            try:
+                items = list(json.loads(path.read_text()).get("contexts", []))
+            except (OSError, ValueError, AttributeError, TypeError) as exc:
+                log.warning(
+                    "context index unreadable; recovering from its files",
+                    extra={"fields": {"error": str(exc)}},
+                )
+        for item in items:
+            try:
+                rec = ContextRecord(**item)  # type: ignore[arg-type]
+                float(rec.created)
+            except (TypeError, ValueError):
+                log.warning("skipping a malformed context record", extra={"fields": {"path": str(path)}})
+                continue
             if rec.spill and Path(rec.spill).is_file():
                 self.records[rec.id] = rec
         used = {r.spill for r in self.records.values()}
-        for f in self.folder.glob("*.llamayctx"):  # files no saved context points at
-            if str(f) not in used:
-                f.unlink(missing_ok=True)
+        for f in sorted(self.folder.glob("ctx_*.llamayctx")):
+            if str(f) not in used and f.stem not in self.records:
+                self._recover(f)
         return len(self.records)
+
+    def _recover(self, path: Path) -> None:
+        try:
+            header, _ = read_snapshot(path.read_bytes())
+        except (OSError, LlamayError) as exc:
+            log.warning(
+                "unreadable spill file left as is", extra={"fields": {"path": str(path), "error": str(exc)}}
+            )
+            return
+        created = header.created if math.isfinite(header.created) else time.time()
+        self.records[path.stem] = ContextRecord(
+            path.stem, header.tokens, header.n_kv or len(header.tokens), header.owner, header.marking, created,
+            spill=str(path), namespace=header.namespace or "",
+        )  # fmt: skip
 
     # -- helpers -----------------------------------------------------------------------
     def _unpin(self, rec: ContextRecord) -> None:
@@ -244,13 +311,26 @@ class Contexts:
 
     def _header(self, rec: ContextRecord) -> SnapshotHeader:
         return SnapshotHeader(
-            self.model_name, self.model_sha, rec.tokens, rec.owner, rec.marking, rec.created
+            self.model_name,
+            self.model_sha,
+            rec.tokens,
+            rec.owner,
+            rec.marking,
+            rec.created,
+            rec.namespace,
+            rec.n_kv,
         )
 
-    def _write(self, path: Path, rec: ContextRecord, state: bytes) -> None:
+    def _write(self, path: Path, rec: ContextRecord, state: bytes, *, durable: bool) -> None:
+        """A spill file, replaced atomically; `durable` also waits for the disk (at
+        shutdown; a spill under KV pressure only needs to survive the process)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(write_snapshot(self._header(rec), state))
+        data = write_snapshot(self._header(rec), state)
+        if durable:
+            write_atomic(path, data)
+            return
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
         os.replace(tmp, path)
 
 

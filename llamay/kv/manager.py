@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from ..errors import InvalidRequest
 from .contexts import ContextRecord, Contexts
 from .pool import SeqPool
+from .seqstate import Layout, parse_state
 from .snapshot import SnapshotHeader
 
 __all__ = ["KvBackend", "KvManager", "KvUsage", "SessionLike", "Settled"]
@@ -92,6 +94,7 @@ class KvManager:
         self.ops = ops
         self.pool = pool
         self.contexts = contexts
+        self._layout: Layout | None = None
 
     @classmethod
     def create(
@@ -129,13 +132,23 @@ class KvManager:
         """Drop the KV of a sequence nobody keeps and free its id."""
         self.pool.release(seq)
 
-    def attach(self, seq: int, tokens: list[int], limit: int, *, context_id: str | None, share: bool) -> int:
+    def attach(
+        self,
+        seq: int,
+        tokens: list[int],
+        limit: int,
+        *,
+        context_id: str | None,
+        share: bool,
+        namespace: str = "",
+    ) -> int:
         """Give a new sequence the KV it can start from, at most `limit` positions: what
         context `context_id` holds (brought back from disk if spilled), else with `share`
-        the longest cached prefix of `tokens`. Returns the positions `seq` now holds.
-        Raises NotFound / Overloaded when the context is gone or cannot be brought back."""
+        the longest cached prefix of `tokens` that `namespace` may use (its own or SHARED).
+        Returns the positions `seq` now holds. Raises NotFound / Overloaded when the
+        context is gone or cannot be brought back."""
         if context_id is None:
-            return self.pool.attach(seq, tokens, limit) if share else 0
+            return self.pool.attach(seq, tokens, limit, namespace) if share else 0
         rec = self.contexts.get(context_id)
         holder = self.contexts.resident(rec, self.acquire)
         n = min(rec.n_kv, limit)
@@ -150,17 +163,20 @@ class KvManager:
         """`n_tokens` were just computed (see SeqPool.age)."""
         self.pool.age(n_tokens)
 
-    def settle(self, s: Settled, session: SessionLike | None, *, completed: bool, cache: bool) -> str | None:
-        """A request ended; its sequence's id is no longer the caller's. `completed`: it
-        ended with stop or length (its KV is worth keeping). A completed session request's
-        sequence becomes the context's holder (a new context with `session.create`); else a
-        completed request's sequence becomes a prefix-cache entry when `cache`; else it is
-        freed. Returns the context id that took the sequence, if one did."""
+    def settle(
+        self, s: Settled, session: SessionLike | None, *, completed: bool, cache: bool, namespace: str = ""
+    ) -> str | None:
+        """A request of `namespace` ended; its sequence's id is no longer the caller's.
+        `completed`: it ended with stop or length (its KV is worth keeping). A completed
+        session request's sequence becomes the context's holder (a new context, in
+        `namespace`, with `session.create`); else a completed request's sequence becomes a
+        prefix-cache entry of `namespace` when `cache`; else it is freed. Returns the
+        context id that took the sequence, if one did."""
         ok = completed and s.n_past > 0
-        cid = self._settle_session(s, session, ok)
+        cid = self._settle_session(s, session, ok, namespace)
         if cid is None:
             if ok and cache:
-                self.pool.keep(s.seq_id, s.tokens[: self._shareable(s)])
+                self.pool.keep(s.seq_id, s.tokens[: self._shareable(s)], namespace=namespace)
             else:
                 self.pool.release(s.seq_id)
         return cid
@@ -171,14 +187,16 @@ class KvManager:
         if session is not None and not session.create and session.context_id is not None:
             self.contexts.cancel(session.context_id)
 
-    def _settle_session(self, s: Settled, session: SessionLike | None, ok: bool) -> str | None:
+    def _settle_session(
+        self, s: Settled, session: SessionLike | None, ok: bool, namespace: str
+    ) -> str | None:
         if session is None:
             return None
         if session.create:
             if not ok:
                 return None
             return self.contexts.adopt(
-                s.seq_id, s.tokens, self._shareable(s), session.owner, session.marking
+                s.seq_id, s.tokens, self._shareable(s), session.owner, session.marking, namespace
             ).id
         assert session.context_id is not None
         current = self.contexts.records.get(session.context_id)
@@ -220,7 +238,7 @@ class KvManager:
         return {"entries": len(stash), "bytes": stash.bytes, "capacity": stash.capacity}
 
     def save(self) -> None:
-        """Write every context to disk (at shutdown)."""
+        """Write every context to disk and give the store up (at shutdown)."""
         self.contexts.save_all()
 
     # -- server-held contexts ----------------------------------------------------------------
@@ -252,14 +270,45 @@ class KvManager:
         """Forget context `cid`; Conflict while a request runs on it."""
         self.contexts.delete(cid)
 
-    def snapshot(self, cid: str) -> bytes:
-        """Context `cid` in the snapshot file format."""
-        return self.contexts.snapshot(self.contexts.get(cid))
+    def snapshot(self, cid: str, key: bytes | None = None) -> bytes:
+        """Context `cid` in the snapshot file format (signed with `key`, if given)."""
+        return self.contexts.snapshot(self.contexts.get(cid), key)
 
-    def restore(self, header: SnapshotHeader, state: bytes) -> ContextRecord:
+    def restore(
+        self,
+        header: SnapshotHeader,
+        state: bytes,
+        *,
+        owner: str | None = None,
+        namespace: str = "",
+        check_state: Callable[[bytes], int] | None = None,
+    ) -> ContextRecord:
         """A new context from a snapshot's header and state bytes (the caller checked the
-        model); Overloaded when no id or KV room can be made for it."""
-        return self.contexts.restore(header, state, self.acquire)
+        model and decided its owner and namespace): InvalidRequest when `check_state`
+        refuses the state, Overloaded when no id or KV room can be made for it."""
+        return self.contexts.restore(
+            header, state, self.acquire, owner=owner, namespace=namespace, check_state=check_state
+        )
+
+    def check_state(self, state: bytes) -> int:
+        """The cells a state to be restored holds; InvalidRequest unless it is well formed
+        and laid out like this cache's own states. The layout is learned from a state the
+        cache holds; while it holds none there is nothing a bad state could push out, and
+        llama.cpp's own checks decide."""
+        cells, layout = parse_state(state, self.ops.n_ctx)
+        known = self._own_layout()
+        if known is not None and layout != known:
+            raise InvalidRequest("the snapshot's KV state does not match this model's KV layout (damaged?)")
+        return cells
+
+    def _own_layout(self) -> Layout | None:
+        if self._layout is None:
+            sample = next((self.ops.seq_state(e.seq) for e in self.pool.entries.values() if e.tokens), None)
+            if sample is None:
+                sample = next((i.state for i in self.pool.stash.items.values()), None)
+            if sample is not None:
+                self._layout = parse_state(sample, self.ops.n_ctx)[1]
+        return self._layout
 
     def check(self) -> None:
         """Assert the bookkeeping invariants (see Contexts.check)."""

@@ -8,6 +8,12 @@ still references it: dropping a cache entry never disturbs a request that copied
 
 Unpinned entries that sit idle while other work is computed move to a RAM stash
 (kv/stash.py) and come back from there on a hit.
+
+Every entry belongs to a namespace (a plain string: a tenant, or `SHARED`). A request
+attaches only to prefixes of its own namespace or of `SHARED`, so whether a prefix is
+cached, and how much of it, says nothing about other tenants' prompts. The radix tree holds
+each namespace's prefixes under a marker token of its own (a negative id no real token
+has), so one lookup never crosses namespaces.
 """
 
 from __future__ import annotations
@@ -17,10 +23,13 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .radix import RadixTree
+from .radix import Match, RadixTree
 from .stash import Stash, Stashed
 
-__all__ = ["KvOps", "Entry", "SeqPool"]
+__all__ = ["KvOps", "Entry", "SeqPool", "SHARED"]
+
+# The namespace of prefixes every tenant may attach to (an admin marked them shared).
+SHARED = "shared"
 
 
 class KvOps(Protocol):
@@ -42,6 +51,7 @@ class Entry:
     extra: dict[str, object] = field(default_factory=dict)
     computed_at: int = 0  # the pool's computed-token count when it was last used
     hits: int = 0  # cache hits served by this prefix (inherited along its line of entries)
+    namespace: str = ""  # who may attach to it: this namespace (and SHARED: everyone)
 
 
 class SeqPool:
@@ -67,6 +77,8 @@ class SeqPool:
         self.loaded_hits: dict[int, int] = {}  # running seq -> hits of the stashed prefix it loaded
         self.computed = 0
         self._clock = itertools.count(1)
+        self._markers: dict[str, int] = {}
+        self.stash_ns: dict[str, str] = {}  # stash key -> its namespace
 
     # -- ids ---------------------------------------------------------------------------
     def acquire(self) -> int | None:
@@ -84,19 +96,22 @@ class SeqPool:
         self.free.append(seq)
 
     # -- prefix cache ------------------------------------------------------------------
-    def attach(self, seq: int, tokens: Sequence[int], limit: int) -> int:
-        """Share into `seq` the cells of the longest cached prefix of `tokens`, at most
-        `limit` tokens (loading it from the stash if it is there); returns how many
-        positions `seq` now holds."""
+    def attach(self, seq: int, tokens: Sequence[int], limit: int, namespace: str = "") -> int:
+        """Share into `seq` the cells of the longest cached prefix of `tokens` that
+        `namespace` may use (its own or SHARED), at most `limit` tokens (loading it from the
+        stash if it is there); returns how many positions `seq` now holds."""
         if limit <= 0 or not (self.entries or self.stash):
             return 0
-        match = self.tree.longest(tokens[:limit], prefer=self._ranks())
-        if match is None:
+        ranks = self._ranks()
+        found = [m for ns in {namespace, SHARED} if (m := self._longest(ns, tokens[:limit], ranks))]
+        if not found:
             return 0
+        match = max(found, key=lambda m: (m.length, ranks.get(m.holder, 0.0)))
+        length = match.length - 1  # the namespace marker is not a position
         if isinstance(match.holder, str):
             item = self.stash.get(match.holder)
             item.hits += 1
-            n = self._load(seq, item, match.length)
+            n = self._load(seq, item, length)
             if n:
                 self.loaded_hits[seq] = item.hits
             return n
@@ -105,8 +120,20 @@ class SeqPool:
         entry.last_used = next(self._clock)
         entry.computed_at = self.computed
         self.borrowed[seq] = entry.seq
-        self.ops.seq_cp(entry.seq, seq, 0, match.length)
-        return match.length
+        self.ops.seq_cp(entry.seq, seq, 0, length)
+        return length
+
+    def _marker(self, namespace: str) -> int:
+        return self._markers.setdefault(namespace, -1 - len(self._markers))
+
+    def _key(self, namespace: str, tokens: Sequence[int]) -> list[int]:
+        return [self._marker(namespace), *tokens]
+
+    def _longest(self, namespace: str, tokens: Sequence[int], ranks: dict[Hashable, float]) -> Match | None:
+        if namespace not in self._markers:
+            return None
+        match = self.tree.longest(self._key(namespace, tokens), prefer=ranks)
+        return match if match is not None and match.length > 1 else None
 
     def _ranks(self) -> dict[Hashable, float]:
         # On equal length a resident entry wins: sharing its cells is free, loading is not.
@@ -124,24 +151,25 @@ class SeqPool:
             self.ops.seq_rm(seq, length, -1)
         return length
 
-    def keep(self, seq: int, tokens: Sequence[int], pins: int = 0) -> Entry:
-        """Turn `seq` (holding KV for `tokens`) into an entry. Unpinned entries and stashed
-        prefixes that are a prefix of it are dropped: this one serves every query they could,
-        and inherits their hit count (and that of the prefix `seq` started from)."""
-        entry = Entry(seq, list(tokens), next(self._clock), pins)
+    def keep(self, seq: int, tokens: Sequence[int], pins: int = 0, namespace: str = "") -> Entry:
+        """Turn `seq` (holding KV for `tokens`) into an entry of `namespace`. Unpinned
+        entries and stashed prefixes of the same namespace that are a prefix of it are
+        dropped: this one serves every query they could, and inherits their hit count (and
+        that of the prefix `seq` started from)."""
+        entry = Entry(seq, list(tokens), next(self._clock), pins, namespace=namespace)
         hits = [self.loaded_hits.pop(seq, 0)]
         source = self.borrowed.pop(seq, None)
         if source is not None and source in self.entries:
             hits.append(self.entries[source].hits)
         for other in list(self.entries.values()):
-            if other.pins == 0 and _is_prefix(other.tokens, entry.tokens):
+            if other.pins == 0 and other.namespace == namespace and _is_prefix(other.tokens, entry.tokens):
                 hits.append(other.hits)
                 self.drop(other.seq)
-        hits += self._unstash_prefixes(entry.tokens)
+        hits += self._unstash_prefixes(entry.tokens, namespace)
         entry.hits = max(hits)
         entry.computed_at = self.computed
         self.entries[seq] = entry
-        self.tree.insert(seq, entry.tokens)
+        self.tree.insert(seq, self._key(namespace, entry.tokens))
         self._trim()
         return entry
 
@@ -178,19 +206,26 @@ class SeqPool:
             item, evicted = self.stash.add(list(entry.tokens), self.ops.seq_state(entry.seq), entry.hits)
             for key in evicted:
                 self.tree.remove(key)
+                self.stash_ns.pop(key, None)
             if item is not None:
-                self._unstash_prefixes(item.tokens, spare=item)
-                self.tree.insert(item.key, item.tokens)
+                self._unstash_prefixes(item.tokens, entry.namespace, spare=item)
+                self.stash_ns[item.key] = entry.namespace
+                self.tree.insert(item.key, self._key(entry.namespace, item.tokens))
         self.drop(entry.seq)
 
     def _unstash(self, key: str) -> None:
         self.stash.remove(key)
         self.tree.remove(key)
+        self.stash_ns.pop(key, None)
 
-    def _unstash_prefixes(self, tokens: list[int], spare: Stashed | None = None) -> list[int]:
-        """Drop stashed prefixes of `tokens` (all but `spare`): whatever holds `tokens`
-        serves every query they could. Returns their hit counts."""
-        gone = [i for i in self.stash.items.values() if i is not spare and _is_prefix(i.tokens, tokens)]
+    def _unstash_prefixes(self, tokens: list[int], namespace: str, spare: Stashed | None = None) -> list[int]:
+        """Drop stashed prefixes of `tokens` in `namespace` (all but `spare`): whatever
+        holds `tokens` serves every query they could. Returns their hit counts."""
+        gone = [
+            i
+            for i in self.stash.items.values()
+            if i is not spare and self.stash_ns.get(i.key) == namespace and _is_prefix(i.tokens, tokens)
+        ]
         for item in gone:
             self._unstash(item.key)
         return [item.hits for item in gone]

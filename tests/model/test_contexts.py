@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from llamay.kv.snapshot import SIG_LEN
 from llamay.testing import write_tiny_llama
 from tests.serverproc import ServerProc, start_server
 
@@ -97,9 +98,14 @@ def test_snapshot_restore_in_a_fresh_server_continues_identically(
 def test_corrupt_or_foreign_snapshots_are_refused(server: ServerProc, tmp_path: Path) -> None:
     cid = post(server, "/v1/contexts", json={"prompt": "a prefix worth keeping " * 5}).json()["id"]
     snap = httpx.get(server.base + f"/v1/contexts/{cid}/snapshot").content
-    for bad in (snap[:-10], snap[:20], b"garbage" * 10, snap[:-1] + bytes([snap[-1] ^ 1])):
+    at = len(snap) - SIG_LEN - 1  # the last state byte (the signature block follows it)
+    flipped = snap[:at] + bytes([snap[at] ^ 1]) + snap[at + 1 :]
+    for bad in (snap[:-10], snap[:20], b"garbage" * 10, flipped):
         r = post(server, "/v1/contexts/restore", content=bad)
         assert r.status_code == 400, r.text
+    # A damaged signature leaves a readable snapshot: restored, but not as signed.
+    r = post(server, "/v1/contexts/restore", content=snap[:-1] + bytes([snap[-1] ^ 1]))
+    assert r.status_code == 200 and r.json()["signed"] is False, r.text
     other = write_tiny_llama(tmp_path / "other.gguf", seed=7)
     with start_server(other, home=tmp_path / "h") as s2:
         r = post(s2, "/v1/contexts/restore", content=snap)

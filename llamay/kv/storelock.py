@@ -1,0 +1,93 @@
+"""One owner at a time for a context store (a folder of spill files and an index).
+
+Two servers on one `LLAMAY_HOME` used to load each other's contexts, and whichever stopped
+last rewrote the index with only its own view and deleted the files it did not know. The
+store's owner now holds an exclusive `flock` on `<folder>/.lock` for as long as it uses the
+folder; a second process is refused with a message naming the owner's pid and command
+line. The lock goes with the process (a crash or kill -9 releases it), so a stale lock file
+never blocks a restart.
+
+Writes go through `write_atomic` (temp file in the same folder, fsync, rename, fsync of the
+folder): a kill at any moment leaves either the old file or the new one, never a torn one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import Conflict
+
+__all__ = ["StoreBusy", "StoreLock", "write_atomic"]
+
+LOCK_NAME = ".lock"
+
+
+class StoreBusy(Conflict):
+    """Another process owns the context store."""
+
+    code = "store_busy"
+
+
+class StoreLock:
+    """An exclusive lock on `folder` held until `release` (or the process ends)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / LOCK_NAME
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = _read_owner(fd)
+            os.close(fd)
+            raise StoreBusy(
+                f"the context store {folder} is in use by another llamay process ({owner}); "
+                "stop it, or give this one its own LLAMAY_HOME"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n".encode())
+        self._fd: int | None = fd
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Give the store up (idempotent). The lock file stays: removing it would let a
+        third process lock a new file while a second still waits on the old one."""
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def _read_owner(fd: int) -> str:
+    try:
+        text = os.pread(fd, 400, 0).decode(errors="replace").strip()
+    except OSError:
+        text = ""
+    return text or "pid unknown"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that a crash leaves the old or the new content."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
