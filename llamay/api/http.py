@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.types import Message, Send
 
 from ..errors import InvalidRequest, PayloadTooLarge, RequestTimeout
+from .serving import limits_of
 
 __all__ = [
     "GuardedStream",
@@ -42,20 +43,28 @@ class ClientGone(Exception):
 
 
 async def read_body(request: Request, max_bytes: int = MAX_BODY) -> bytes:
-    """The raw body, refusing more than `max_bytes` (PayloadTooLarge) without reading it all."""
+    """The raw body, refusing more than `max_bytes` (PayloadTooLarge) without reading it all.
+    RequestTimeout (408) when a chunk is IDLE_TIMEOUT late, or when the whole body has not
+    arrived within the server's `body_timeout` (a client trickling a byte just before each
+    idle timeout would otherwise hold the request forever)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes:
         raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
+    total = limits_of(request.scope.get("app")).body_timeout
+    deadline = asyncio.get_running_loop().time() + total
     chunks: list[bytes] = []
     size = 0
     stream = request.stream().__aiter__()
     while True:
+        left = deadline - asyncio.get_running_loop().time()
         try:
-            async with asyncio.timeout(IDLE_TIMEOUT):
+            async with asyncio.timeout(min(IDLE_TIMEOUT, max(0.0, left))):
                 chunk = await stream.__anext__()
         except StopAsyncIteration:
             break
         except TimeoutError:
+            if left <= IDLE_TIMEOUT:
+                raise RequestTimeout(f"the request body did not arrive within {total:g}s") from None
             raise RequestTimeout(f"the request body stalled for {IDLE_TIMEOUT:g}s") from None
         size += len(chunk)
         if size > max_bytes:
@@ -145,7 +154,11 @@ def sse_response(frames: AsyncIterator[bytes]) -> StreamingResponse:
 
 
 def ndjson_response(lines: AsyncIterator[bytes]) -> StreamingResponse:
-    return GuardedStream(lines, media_type="application/x-ndjson")
+    return GuardedStream(
+        lines,
+        media_type="application/x-ndjson",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:

@@ -129,6 +129,30 @@ def add_parser(sub: Any) -> None:
         default=None,
         help='API keys file: {"keys": [{"key", "principal", "groups", "role"}]} (LLAMAY_API_KEY adds one admin key)',
     )
+    flag(
+        p,
+        "max-connections",
+        dest="max_connections",
+        type=int,
+        default=256,
+        help="open connections before new requests get 503 (default 256)",
+    )
+    flag(
+        p,
+        "header-timeout",
+        dest="header_timeout",
+        type=parse_duration,
+        default=10.0,
+        help="time a connection has to send a request's headers (default 10s)",
+    )
+    flag(
+        p,
+        "body-timeout",
+        dest="body_timeout",
+        type=parse_duration,
+        default=120.0,
+        help="time a request has to send its whole body, else 408 (default 2m)",
+    )
     flag(p, "log-level", dest="log_level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     p.set_defaults(func=run_serve)
 
@@ -201,10 +225,23 @@ def sampling_flags(args: argparse.Namespace) -> dict[str, Any]:
     return given
 
 
-def run_serve(args: argparse.Namespace) -> int:
-    import uvicorn
+def server_limits(args: argparse.Namespace) -> Any:
+    """The slow-client limits from the flags; ValueError for one that is not positive."""
+    from ..api.serving import ServerLimits
 
+    for name in ("max_connections", "header_timeout", "body_timeout"):
+        if getattr(args, name) <= 0:
+            raise ValueError(f"-{name.replace('_', '-')} must be positive, not {getattr(args, name)}")
+    return ServerLimits(
+        max_connections=args.max_connections,
+        header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
+    )
+
+
+def run_serve(args: argparse.Namespace) -> int:
     from ..api.app import create_app
+    from ..api.serving import serve
     from ..auth import KeyRing
     from ..chat.flow import FINISH_TOOL_MODES
     from ..runtime import Runtime, RuntimeConfig, load_model
@@ -218,6 +255,7 @@ def run_serve(args: argparse.Namespace) -> int:
         if args.finish_tool not in FINISH_TOOL_MODES:  # the flag, or $LLAMAY_FINISH_TOOL
             raise ValueError(f"-finish-tool must be off or auto, not {args.finish_tool!r}")
         keys = KeyRing.load(args.keys)
+        limits = server_limits(args)
         name, path, sha = resolve_model(args.model)
         config = RuntimeConfig(
             ctx=args.ctx,
@@ -278,7 +316,7 @@ def run_serve(args: argparse.Namespace) -> int:
         runtime.close()
         return fail(exc)
     try:
-        uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, timeout_graceful_shutdown=5)
+        serve(app, host, port, limits)
     finally:
         runtime.close()
         log.info("llamay stopped")

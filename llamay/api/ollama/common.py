@@ -20,6 +20,7 @@ from ...errors import LlamayError, ModelNotFound
 from ...runtime import LoadedModel
 from ...store.gguf_header import HeaderCache
 from ..errors import error_response
+from ..http import ndjson_response as guarded_ndjson
 from .adapter import nanos
 
 __all__ = [
@@ -66,13 +67,10 @@ def ndjson_line(obj: Any) -> bytes:
 
 
 def ndjson_response(lines: AsyncIterator[bytes]) -> StreamingResponse:
-    """One JSON object per line. Starlette cancels the iterator when the client goes;
-    its cleanup aborts the engine request behind it."""
-    return StreamingResponse(
-        lines,
-        media_type="application/x-ndjson",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    """One JSON object per line, through the guarded stream every API uses: a client that
+    disconnects or stops reading (http.IDLE_TIMEOUT) ends it, and the iterator's cleanup
+    aborts the engine request behind it."""
+    return guarded_ndjson(lines)
 
 
 def runtime_feature(request: Request, owner: str, name: str) -> Any:

@@ -1,0 +1,111 @@
+"""How the HTTP server treats slow and numerous clients: connection limit, header deadline,
+total body deadline. `serve(app, host, port, limits)` runs uvicorn with them.
+
+uvicorn closes an idle keep-alive connection, but a connection that sends its request line
+and headers a byte at a time has no deadline there, and neither does a body sent slowly
+(each chunk may come just before the previous one would time out). So: every connection
+must finish its headers within `header_timeout` of opening (or of its previous response),
+and `http.read_body` must have the whole body within `body_timeout` of the first byte
+asked for (a 408 otherwise). Past `max_connections` open connections, uvicorn answers 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+
+__all__ = ["ServerLimits", "limits_of", "guarded_protocol", "serve"]
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """`max_connections`: open connections (and running requests) before uvicorn answers
+    503. `header_timeout`: seconds to receive a request's headers. `body_timeout`: seconds
+    to receive a whole request body. `keep_alive_timeout`: seconds an idle connection stays
+    open between requests."""
+
+    max_connections: int = 256
+    header_timeout: float = 10.0
+    body_timeout: float = 120.0
+    keep_alive_timeout: float = 5.0
+
+
+DEFAULT_LIMITS = ServerLimits()
+
+
+def limits_of(app: Any) -> ServerLimits:
+    """The app's limits (`app.state.limits`), or the defaults for an app built without."""
+    found = getattr(getattr(app, "state", None), "limits", None)
+    return found if isinstance(found, ServerLimits) else DEFAULT_LIMITS
+
+
+def guarded_protocol(base: type[asyncio.Protocol], header_timeout: float) -> type[asyncio.Protocol]:
+    """`base` (uvicorn's h11 or httptools protocol) with a header deadline: the connection
+    is closed if no request is in progress `header_timeout` seconds after it opened or
+    after its last response. A request is in progress once its headers are parsed (the
+    protocol then holds a cycle whose response is not complete)."""
+
+    class HeaderDeadline(base):  # type: ignore[valid-type,misc]
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+            self._header_timer = self.loop.call_later(header_timeout, self._headers_overdue)
+
+        def _headers_overdue(self) -> None:
+            cycle = getattr(self, "cycle", None)
+            if cycle is not None and not cycle.response_complete:
+                return  # a request is running: its headers came in time
+            if not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            self._arm()  # before the base class, which may start a pipelined request
+            super().on_response_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+            super().connection_lost(exc)
+
+    HeaderDeadline.__name__ = f"HeaderDeadline{base.__name__}"
+    return HeaderDeadline
+
+
+def _base_protocol() -> type[asyncio.Protocol]:
+    """The protocol uvicorn's "auto" would choose: httptools when installed, else h11."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        return HttpToolsProtocol
+    except ImportError:
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        return H11Protocol
+
+
+def serve(app: Starlette, host: str, port: int, limits: ServerLimits) -> None:
+    """Run `app` on host:port until interrupted, with `limits` (also set as app.state.limits
+    for the body deadline)."""
+    import uvicorn
+
+    app.state.limits = limits
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        http=guarded_protocol(_base_protocol(), limits.header_timeout),
+        limit_concurrency=limits.max_connections,
+        timeout_keep_alive=max(1, round(limits.keep_alive_timeout)),
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
