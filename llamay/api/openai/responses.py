@@ -109,18 +109,30 @@ async def create_response(request: Request) -> Response:
         raise InvalidRequest("'input' must hold at least one item", param="input")
     opts = ChatOptions(
         messages=messages,
-        tools=req.tools,
+        # With tool_choice "none" the tools are neither rendered nor parsed for: a reply
+        # (JSON under text.format, say) is all content.
+        tools=req.tools if req.tool_choice.mode != "none" else [],
         tool_choice=req.tool_choice,
         parallel_tool_calls=req.parallel_tool_calls,
         grammar=req.grammar,
         thinking=req.thinking,
     )
-    prompt = chat_prompt(lm, with_finish_default(opts, runtime.config.finish_tool))
     spec = RunSpec(sampling=sampling, max_tokens=req.max_output_tokens, default_max=runtime.config.max_tokens)
     model_name = req.model or lm.name
     builder = ResponseBuilder(base_json(item_id("resp"), model_name, req), summary=req.summary is not None)
     turn = Turn(request, req, lm, builder, items)
-    await _start(turn, prompt, spec, prev.context_id if prev is not None and prev.model == lm.name else None)
+    try:
+        # Rendering and tokenizing a long conversation is seconds of work: not on the loop.
+        prompt = await asyncio.to_thread(
+            chat_prompt, lm, with_finish_default(opts, runtime.config.finish_tool)
+        )
+        await _start(
+            turn, prompt, spec, prev.context_id if prev is not None and prev.model == lm.name else None
+        )
+    except LlamayError as exc:
+        if exc.param == "messages":  # the chat layer's name for what this API calls input
+            exc.param = "input"
+        raise
     if req.stream:
         return sse_response(_Stream(turn))
     try:

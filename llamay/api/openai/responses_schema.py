@@ -106,6 +106,12 @@ def parse_responses(body: Any) -> ResponsesRequest:
     choice, choice_json = _tool_choice(f.raw("tool_choice"), tools)
     grammar, text_json = _text(f)
     effort, summary = _reasoning(f)
+    if grammar is not None and tools and choice.mode != "none":
+        raise InvalidRequest(
+            "'text.format' cannot constrain a reply that may call tools: give tool_choice \"none\" "
+            "or no format",
+            param="text.format",
+        )
     previous = f.text("previous_response_id")
     if previous == "":
         raise InvalidRequest("'previous_response_id' must not be empty", param="previous_response_id")
