@@ -103,10 +103,17 @@ def default_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
-def load_model(name: str, path: Path, config: RuntimeConfig, sha256: str | None = None) -> LoadedModel:
+def load_model(
+    name: str,
+    path: Path,
+    config: RuntimeConfig,
+    sha256: str | None = None,
+    progress: Callable[[float], object] | None = None,
+) -> LoadedModel:
     """Load weights, create a context sized by `config`, start its engine thread; the
-    model's chat traits are detected here, once (`LoadedModel.traits`)."""
-    model = Model(path)
+    model's chat traits are detected here, once (`LoadedModel.traits`). `progress` gets the
+    fraction of the weights loaded, as `Model` reports it."""
+    model = Model(path, progress)
     try:
         n_ctx = config.ctx or min(model.info.n_ctx_train or 8192, 8192)
         threads = config.threads or default_threads()

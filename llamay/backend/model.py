@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,13 +46,25 @@ class ModelInfo:
 class Model:
     """Owns a `llama_model`. Close with `close()` or use as a context manager."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], progress: Callable[[float], object] | None = None
+    ) -> None:
+        """Load the GGUF at `path`; `progress` (if given) is called with the fraction of the
+        weights loaded so far, 0.0 to 1.0, on this thread while they load."""
         ensure_backend()
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"model file not found: {self.path}")
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = 0
+        if progress is not None:
+            # llama.cpp calls back with the loaded fraction; true lets the load go on.
+            def report(fraction: float, _user: object) -> bool:
+                progress(float(fraction))
+                return True
+
+            callback = llama_cpp.llama_progress_callback(report)  # referenced until loaded
+            params.progress_callback = callback
         ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
         if not ptr:
             raise ValueError(f"llama.cpp could not load {self.path} (not a GGUF model it supports?)")

@@ -1,4 +1,7 @@
-"""`llamay run`: load a model in-process, stream one generation, print timing stats."""
+"""`llamay run [MODEL] [PROMPT]`: chat with a model, on a running llamay server when one
+answers at LLAMAY_HOST, else loaded in this process. With a prompt (or one piped in) it
+answers once; without, it is an interactive conversation. `-p` keeps the single generation
+it always ran, with its stats line (and `-json`, `-schema`, `-grammar-file`, `-chat`)."""
 
 from __future__ import annotations
 
@@ -19,18 +22,28 @@ __all__ = ["add_parser", "stats_line"]
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "run",
-        help="generate from a prompt in-process",
+        help="chat with a model (interactive without a prompt)",
         allow_abbrev=False,
-        description="Load a model in this process and stream one generation to stdout.",
+        description=(
+            "Chat with a model: one answer to PROMPT (or to what is piped in), or, without one, "
+            "an interactive conversation (/? lists its commands). It uses the llamay server at "
+            "LLAMAY_HOST (default localhost:11435) when one answers, else loads the model here. "
+            "-p PROMPT runs one raw generation in this process and prints its stats."
+        ),
     )
+    p.add_argument("model_arg", nargs="?", default=None, metavar="MODEL", help="model name or .gguf path")
+    p.add_argument("prompt_words", nargs="*", metavar="PROMPT", help="a prompt: answer it and exit")
     flag(p, "model", "-m", default=None, help="model name or .gguf path (default: smollm2:135m)")
-    flag(p, "prompt", "-p", required=True, help="the prompt text")
-    flag(p, "chat", action="store_true", help="send the prompt as a user message through the chat template")
-    flag(p, "system", default=None, help="a system message (with -chat)")
-    flag(p, "n", type=int, default=256, help="maximum tokens to generate (default 256)")
-    flag(p, "temp", type=float, default=0.8, help="temperature; 0 is greedy (default 0.8)")
-    flag(p, "top-k", dest="top_k", type=int, default=40, help="top-k (default 40, 0 off)")
-    flag(p, "top-p", dest="top_p", type=float, default=0.95, help="top-p (default 0.95)")
+    flag(p, "prompt", "-p", default=None, help="one generation from this text in this process, with stats")
+    flag(p, "chat", action="store_true", help="with -p: send the prompt through the chat template")
+    flag(p, "system", default=None, help="a system message")
+    flag(p, "verbose", action="store_true", help="print a stats line after each answer")
+    flag(p, "local", action="store_true", help="load the model in this process even if a server answers")
+    flag(p, "host", default=None, help="the server to use (default: $LLAMAY_HOST or localhost:11435)")
+    flag(p, "n", type=int, default=None, help="maximum tokens to generate (-p: default 256)")
+    flag(p, "temp", type=float, default=None, help="temperature; 0 is greedy (-p: default 0.8)")
+    flag(p, "top-k", dest="top_k", type=int, default=None, help="top-k (-p: default 40, 0 off)")
+    flag(p, "top-p", dest="top_p", type=float, default=None, help="top-p (-p: default 0.95)")
     flag(p, "seed", type=int, default=None, help="random seed (default: random)")
     flag(p, "json", action="store_true", help="constrain the output to a JSON object")
     flag(p, "schema", type=Path, default=None, help="constrain the output to this JSON schema file")
@@ -95,6 +108,20 @@ def grammar_of(args: argparse.Namespace) -> tuple[str, Any] | None:
 
 
 def run_run(args: argparse.Namespace) -> int:
+    if args.model is not None and args.model_arg is not None:
+        # `run -m MODEL PROMPT...`: the first word is the prompt's too.
+        args.prompt_words = [args.model_arg, *args.prompt_words]
+        args.model_arg = None
+    args.model = args.model or args.model_arg
+    if args.prompt is None:
+        from .interactive import run_chat
+
+        return run_chat(args)
+    if args.prompt_words:
+        return fail(ValueError("give the prompt either with -p or after the model, not both"))
+    for name, default in (("n", 256), ("temp", 0.8), ("top_k", 40), ("top_p", 0.95)):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     from ..runtime import RuntimeConfig, load_model
 
     try:

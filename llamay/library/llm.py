@@ -8,7 +8,7 @@ their requests meet in one engine, which decodes them together in batches.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -40,7 +40,8 @@ class LLM:
     requests decoded together (more wait in a queue); `batch` tokens per decode step;
     `kv` the KV cache type ("f16", "f32", "q8_0"); `max_tokens` the limit for structured
     output whose schema sets none and whose call gives none; `chat_template` a Jinja file
-    overriding the model's. `timeout` (remote): seconds to wait for a reply.
+    overriding the model's; `progress` a function called with the fraction of the weights
+    loaded (0.0 to 1.0) while they load. `timeout` (remote): seconds to wait for a reply.
 
     Loading happens here and may take a while; errors are `llamay.LlamayError`.
     """
@@ -59,6 +60,7 @@ class LLM:
         max_tokens: int = 2048,
         chat_template: str | Path | None = None,
         timeout: float = 600.0,
+        progress: Callable[[float], object] | None = None,
     ) -> None:
         self._loop = LoopThread()
         self._closed = False
@@ -78,6 +80,7 @@ class LLM:
                     kv,
                     max_tokens,
                     Path(chat_template) if chat_template else None,
+                    progress,
                 )
                 self._backend = self._loop.run(LocalBackend.open(model, config))
         except BaseException:

@@ -10,7 +10,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ class LocalConfig:
     kv: str = "f16"
     max_tokens: int = 2048
     chat_template: Path | None = None
+    progress: Callable[[float], object] | None = None
 
 
 class LocalBackend:
@@ -89,7 +90,9 @@ class LocalBackend:
             max_tokens=config.max_tokens,
         )
         try:
-            lm = await asyncio.to_thread(load_model, found.name, found.path, rc, found.sha256)
+            lm = await asyncio.to_thread(
+                load_model, found.name, found.path, rc, found.sha256, config.progress
+            )
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
