@@ -21,6 +21,7 @@ from ..redact import DETECTORS, STYLES
 from ..types import MAX_BREAKERS
 from .authn import ADMIN_PATHS, OPEN_PATHS
 from .http import MAX_BODY, json_response
+from .openai.responses_schema import EFFORTS, MAX_INPUT_ITEMS, SUMMARIES
 from .openai.schemas import LLAMA_SAMPLING, MAX_N, MAX_STOP, UNSUPPORTED_SAMPLING
 from .redact import MAX_TEXT, MODEL_TYPES
 
@@ -128,6 +129,30 @@ COMPLETION = fields("echo:bool logprobs:int[0,5] max_tokens:int[0,] max_completi
                     allOf=[ONE_FORMAT, SESSION_ALONE, *SCORED_ALONE])
 CONTEXT = fields("model:str marking:str", oneOf=[{"required": ["messages"]}, {"required": ["prompt"]}])
 CONTEXT["properties"] |= {"prompt": TEXT, "messages": arr(CHAT_MESSAGE, minItems=1)}  # neither may be null
+# The Responses API: function tools only; a field the server cannot honour is refused.
+R_PART = exact("text!:str", {"type!": enum("input_text", "output_text")})
+R_ITEMS = [fields("id:str status:str", {"type": enum("message"), "role!": enum("user", "assistant", "system", "developer"),
+                                         "content!": anyof(STR, arr(R_PART))}),
+           fields("id:str status:str call_id!:str name!:str arguments!:str", {"type!": enum("function_call")}),
+           fields("id:str status:str call_id!:str output!:str", {"type!": enum("function_call_output")}),
+           fields("id:str", {"type!": enum("reasoning"), "summary": arr(OBJ), "content": arr(OBJ)})]
+R_TOOL = exact("", {"type!": enum("function"), "name!": NAME, "description": anyof(STR, NULL),
+                    "parameters": anyof(OBJ, NULL), "strict": anyof(BOOL, NULL)})
+R_FORMAT = anyof(fields("", {"type!": enum("text", "json_object")}),
+                 fields("name!:str description:str strict:bool", {"type!": enum("json_schema"), "schema!": anyof(OBJ, BOOL)}))
+RESPONSES = fields(
+    "model:str instructions:str stream:bool parallel_tool_calls:bool max_output_tokens:int[1,] temperature:num[0,2] "
+    "top_p:num[0,1] store:bool previous_response_id:str user:str safety_identifier:str prompt_cache_key:str "
+    "prompt_cache_retention:str service_tier:str seed:int",
+    {"input": anyof(STR, arr(anyof(*R_ITEMS), maxItems=MAX_INPUT_ITEMS)), "tools": arr(R_TOOL, maxItems=128),
+     "tool_choice": anyof(enum("auto", "none", "required"), exact("name!:str", {"type!": enum("function")})),
+     "text": fields("", {"format": R_FORMAT, "verbosity": enum("low", "medium", "high")}),
+     "reasoning": fields("", {"effort": enum(*EFFORTS), "summary": enum(*SUMMARIES), "generate_summary": enum(*SUMMARIES)}),
+     "metadata": {"type": "object", "maxProperties": 16, "propertyNames": {"maxLength": 64},
+                  "additionalProperties": {"type": "string", "maxLength": 512}},
+     "stream_options": OBJ, "background": {"const": False}, "include": arr(STR, maxItems=0),
+     "truncation": enum("disabled"), "top_logprobs": {"const": 0}, **JSON_STYLE},
+    additionalProperties=False)
 
 # -- Anthropic ------------------------------------------------------------------------------
 CACHE = fields("", {"type!": enum("ephemeral"), "ttl": enum("5m", "1h")})
@@ -223,6 +248,9 @@ def param(name: str, where: str = "path", schema: J = STR) -> J:
 
 GEN, MINE, STORE = (404, 503), (403, 404), (404, 501, 502)  # MINE: another principal's context, or none
 CID, FORK_N = [param("cid")], param("n", "query", scalar("int", "1", "10000"))
+RID = [param("rid")]
+PAGING = [param("limit", "query", scalar("int", "1", "100")), param("order", "query", enum("asc", "desc")),
+          param("after", "query")]
 OPERATIONS: dict[tuple[str, str], J] = {
     ("GET", "/health"): op("liveness and engine status", ok=HEALTH),
     ("GET", "/openapi.json"): op("this document"),
@@ -232,6 +260,12 @@ OPERATIONS: dict[tuple[str, str], J] = {
     ("GET", "/v1/models"): op("models this server holds (Anthropic's shape with anthropic-version)", ok=LIST),
     ("GET", "/v1/models/{model}"): op("one loaded model (Anthropic's shape with anthropic-version)",
                                       params=[param("model")], codes=[404]),
+    ("POST", "/v1/responses"): op("a response (OpenAI Responses API); a stored one continues with "
+                                  "previous_response_id", RESPONSES, stream=SSE, codes=GEN),
+    ("GET", "/v1/responses/{rid}"): op("a stored response", params=RID, codes=[404]),
+    ("DELETE", "/v1/responses/{rid}"): op("delete a stored response and its context", params=RID, codes=[404]),
+    ("GET", "/v1/responses/{rid}/input_items"): op("the conversation a stored response answered, paged",
+                                                   params=[*RID, *PAGING], codes=[404]),
     ("POST", "/v1/contexts"): op("compute a prefix once and keep it (one of messages, prompt)", CONTEXT, codes=GEN),
     ("GET", "/v1/contexts"): op("list your contexts", ok=LIST),
     ("POST", "/v1/contexts/restore"): op("restore a snapshot file as a new context", OBJ, binary=True,

@@ -26,6 +26,7 @@ __all__ = [
     "conversation_messages",
     "item_id",
     "EFFORTS",
+    "SUMMARIES",
     "MAX_INPUT_ITEMS",
 ]
 
