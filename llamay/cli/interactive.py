@@ -101,10 +101,5 @@ def run_chat(args: argparse.Namespace) -> int:
         return 0
     except LlamayError as exc:
         return fail(exc)
-    except BrokenPipeError:
-        # The reader went away (`llamay run ... | head`): stop quietly, as other tools do.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
     finally:
         llm.close()

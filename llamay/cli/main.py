@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 import httpx
 
 from .. import __version__
-from . import ctx, embed, index, models, redact, run, serve
+from . import ctx, embed, fleet, index, models, redact, run, serve
 
 __all__ = ["main", "build_parser"]
 
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_parser(sub)
     index.add_parser(sub)
     redact.add_parser(sub)
+    fleet.add_parser(sub)
     v = sub.add_parser("version", help="print the version")
     v.set_defaults(func=lambda _args: print(f"llamay {__version__}") or 0)
     return parser
@@ -41,6 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # The reader left (`llamay ... | head`): stop quietly, as other command-line tools do.
+        # Later writes (the interpreter's own flush at exit) go nowhere instead of failing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (RuntimeError, OSError, httpx.HTTPError) as exc:
         print(f"llamay: {exc}", file=sys.stderr)
         return 1

@@ -203,3 +203,16 @@ def test_one_answer_to_a_piped_prompt(server: ServerProc, chat_home: Path) -> No
         llamay("-n", "8"), input="  \n", capture_output=True, text=True, env=env(host, chat_home), timeout=60
     )
     assert empty.returncode == 1 and "empty" in empty.stderr
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tiny_model_path: Path, chat_home: Path) -> None:
+    proc = subprocess.Popen(
+        llamay(str(tiny_model_path), "tell me everything", "-temp", "0", "-n", "1500"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(NOWHERE, chat_home),
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(5)  # as `| head -c 5` does: read a little, then leave
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(120) == 0
+    assert "Traceback" not in err and "BrokenPipe" not in err
