@@ -12,7 +12,7 @@ from typing import Any
 from .common import fail, flag, human_bytes, human_count, resolve_model
 from .logs import kv, setup_logging
 
-__all__ = ["add_parser", "parse_addr", "parse_duration"]
+__all__ = ["add_parser", "build_server", "parse_addr", "parse_duration"]
 
 log = logging.getLogger("llamay.cli")
 DEFAULT_ADDR = "localhost:11435"
@@ -225,6 +225,62 @@ def sampling_flags(args: argparse.Namespace) -> dict[str, Any]:
     return given
 
 
+def build_server(
+    args: argparse.Namespace,
+    *,
+    home: Path | None = None,
+    model: tuple[str, Path, str | None] | None = None,
+) -> tuple[Any, Any]:
+    """The ASGI app and its Runtime, as `serve` flags describe them (the caller serves the app
+    and closes the runtime). `home`: where contexts are kept (default `llamay_home()`);
+    `model`: an already resolved (name, file, sha256) for -m. Raises on a bad flag or model."""
+    from ..api.app import create_app
+    from ..auth import KeyRing
+    from ..chat.flow import FINISH_TOOL_MODES
+    from ..runtime import Runtime, RuntimeConfig, load_model
+    from ..store import ModelStore, llamay_home
+
+    if args.max_tokens < 1:
+        raise ValueError(f"-max-tokens must be at least 1, not {args.max_tokens}")
+    if args.finish_tool not in FINISH_TOOL_MODES:  # the flag, or $LLAMAY_FINISH_TOOL
+        raise ValueError(f"-finish-tool must be off or auto, not {args.finish_tool!r}")
+    keys = KeyRing.load(args.keys)
+    name, path, sha = model or resolve_model(args.model)
+    config = RuntimeConfig(
+        ctx=args.ctx,
+        batch=args.batch,
+        threads=args.threads,
+        concurrency=args.concurrency,
+        max_queue=args.queue,
+        kv_type=args.kv,
+        cache_ram=max(0, args.cache_ram) * 1024 * 1024,
+        chat_template_file=args.chat_template,
+        home=home or llamay_home(),
+        max_tokens=args.max_tokens,
+        finish_tool=args.finish_tool,
+        **sampling_flags(args),
+    )
+    loaded = load_model(name, path, config, sha)
+    store = ModelStore()
+
+    def resolve(name: str) -> tuple[str, Path, str | None]:
+        found = store.resolve(name)
+        return found.name, found.path, found.sha256
+
+    runtime = Runtime(
+        config, resolve=resolve, store=store, max_loaded=args.max_loaded, keep_alive=args.keepalive
+    )
+    runtime.add(loaded, default=True, keep_alive=-1.0)
+    app = create_app(runtime, keys)
+    try:
+        app.state.encoders, app.state.index = load_extras(args)
+        runtime.encoders = app.state.encoders
+    except Exception:
+        runtime.close()
+        raise
+    return app, runtime
+
+
 def server_limits(args: argparse.Namespace) -> Any:
     """The slow-client limits from the flags; ValueError for one that is not positive."""
     from ..api.serving import ServerLimits
@@ -240,57 +296,24 @@ def server_limits(args: argparse.Namespace) -> Any:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from ..api.app import create_app
     from ..api.serving import serve
-    from ..auth import KeyRing
-    from ..chat.flow import FINISH_TOOL_MODES
-    from ..runtime import Runtime, RuntimeConfig, load_model
-    from ..store import ModelStore, llamay_home
 
     setup_logging(args.log_level)
     try:
         host, port = parse_addr(args.addr)
-        if args.max_tokens < 1:
-            raise ValueError(f"-max-tokens must be at least 1, not {args.max_tokens}")
-        if args.finish_tool not in FINISH_TOOL_MODES:  # the flag, or $LLAMAY_FINISH_TOOL
-            raise ValueError(f"-finish-tool must be off or auto, not {args.finish_tool!r}")
-        keys = KeyRing.load(args.keys)
         limits = server_limits(args)
-        name, path, sha = resolve_model(args.model)
-        config = RuntimeConfig(
-            ctx=args.ctx,
-            batch=args.batch,
-            threads=args.threads,
-            concurrency=args.concurrency,
-            max_queue=args.queue,
-            kv_type=args.kv,
-            cache_ram=max(0, args.cache_ram) * 1024 * 1024,
-            chat_template_file=args.chat_template,
-            home=llamay_home(),
-            max_tokens=args.max_tokens,
-            finish_tool=args.finish_tool,
-            **sampling_flags(args),
-        )
-        loaded = load_model(name, path, config, sha)
+        app, runtime = build_server(args)
     except Exception as exc:
         return fail(exc)
-    store = ModelStore()
-
-    def resolve(name: str) -> tuple[str, Path, str | None]:
-        found = store.resolve(name)
-        return found.name, found.path, found.sha256
-
-    runtime = Runtime(
-        config, resolve=resolve, store=store, max_loaded=args.max_loaded, keep_alive=args.keepalive
-    )
-    runtime.add(loaded, default=True, keep_alive=-1.0)
+    keys = app.state.keys
+    loaded = runtime.get(None)
     info = loaded.info
     addr = f"{host}:{port}"
     log.info(
         "llamay serving",
         extra=kv(
             addr=addr,
-            model=name,
+            model=loaded.name,
             arch=info.arch,
             params=human_count(info.n_params),
             size=human_bytes(info.size_bytes),
@@ -308,13 +331,6 @@ def run_serve(args: argparse.Namespace) -> int:
             "listening beyond this machine without API keys: anyone who can reach it can use it",
             extra=kv(addr=addr),
         )
-    app = create_app(runtime, keys)
-    try:
-        app.state.encoders, app.state.index = load_extras(args)
-        runtime.encoders = app.state.encoders
-    except Exception as exc:
-        runtime.close()
-        return fail(exc)
     try:
         serve(app, host, port, limits)
     finally:
