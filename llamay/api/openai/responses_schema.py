@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...chat.tools import parse_tool_choice, parse_tools
-from ...chat.tools.spec import ToolChoice, ToolSpec
+from ...chat.tools.spec import MAX_TOOLS, ToolChoice, ToolSpec
 from ...errors import InvalidRequest, LlamayError
 from ...grammar import Grammar
 from ...types import SamplingParams
@@ -296,6 +296,8 @@ def _tools(raw: Any) -> tuple[list[ToolSpec], list[dict[str, Any]]]:
         return [], []
     if not isinstance(raw, list):
         raise InvalidRequest("'tools' must be an array of tool objects", param="tools")
+    if len(raw) > MAX_TOOLS:  # before any work per tool
+        raise InvalidRequest(f"'tools' may hold at most {MAX_TOOLS} tools", param="tools")
     chat_shaped, echoed = [], []
     for i, tool in enumerate(raw):
         tf = Fields(tool, f"tools[{i}]")
