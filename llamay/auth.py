@@ -2,8 +2,11 @@
 
 Keys come from `LLAMAY_API_KEY` (one admin key) and/or a keys file:
 `{"keys": [{"key": "...", "principal": "ops", "groups": ["finance"], "role": "user" | "admin",
-"cache_group": "team-a"}]}`. With no keys the server is single-user: every request acts as the
-local admin.
+"cache_group": "team-a", "limits": {...}}], "limits": {...}}`. With no keys the server is
+single-user: every request acts as the local admin.
+
+`limits` (see `Limits`) at the top are the defaults of every user key; a key's own `limits`
+override them. Admin keys have none unless their entry sets some.
 Keys are compared in constant time and never logged.
 
 Each principal has a prefix-cache namespace: its own (`u:<principal>`), or `g:<cache_group>`
@@ -19,15 +22,39 @@ import hmac
 import json
 import os
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .errors import Forbidden, Unauthorized
 
-__all__ = ["Principal", "KeyRing", "LOCAL", "ANONYMOUS", "CURRENT_NAMESPACE", "bearer_token"]
+__all__ = ["Principal", "KeyRing", "Limits", "LOCAL", "ANONYMOUS", "CURRENT_NAMESPACE", "bearer_token"]
 
 # The prefix-cache namespace of the request being served ("" single user: one namespace).
 CURRENT_NAMESPACE: ContextVar[str] = ContextVar("llamay_namespace", default="")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one principal may hold at once: server-held contexts (forks included), bytes of
+    KV they keep (resident or spilled to disk; forks share their parent's), and requests in
+    flight. Past one, a request is refused with 429 and Retry-After."""
+
+    contexts: int = 1000
+    context_bytes: int = 8 * 1024**3
+    concurrent_requests: int = 32
+
+    @classmethod
+    def parse(cls, value: object, base: Limits) -> Limits:
+        if not isinstance(value, dict):
+            raise ValueError(f"'limits' must be an object, not {value!r}")
+        out = {}
+        for key, given in value.items():
+            if key not in cls.__dataclass_fields__:
+                raise ValueError(f"unknown limit {key!r} (known: {', '.join(cls.__dataclass_fields__)})")
+            if isinstance(given, bool) or not isinstance(given, int) or given < 0:
+                raise ValueError(f"limit {key!r} must be a non-negative integer, not {given!r}")
+            out[key] = given
+        return replace(base, **out)
 
 
 @dataclass(frozen=True)
@@ -36,6 +63,7 @@ class Principal:
     groups: tuple[str, ...] = ()
     role: str = "user"
     namespace: str = ""  # its prefix-cache namespace (see the module docstring)
+    limits: Limits | None = None  # None: unlimited (the single user, admins by default)
 
     @property
     def admin(self) -> bool:
@@ -97,6 +125,7 @@ class KeyRing:
 def _read_keys(path: Path) -> list[tuple[str, Principal]]:
     try:
         data = json.loads(path.read_text())
+        defaults = Limits.parse(data.get("limits", {}), Limits())
         out = []
         for item in data["keys"]:
             role = item.get("role", "user")
@@ -113,7 +142,12 @@ def _read_keys(path: Path) -> list[tuple[str, Principal]]:
             if group is not None and (not isinstance(group, str) or not group):
                 raise ValueError(f"'cache_group' must be a non-empty string, not {group!r}")
             namespace = f"g:{group}" if group else f"u:{name}"
-            out.append((str(item["key"]), Principal(name, tuple(groups), role, namespace)))
+            limits: Limits | None = None
+            if "limits" in item:
+                limits = Limits.parse(item["limits"], defaults if role == "user" else Limits())
+            elif role == "user":
+                limits = defaults
+            out.append((str(item["key"]), Principal(name, tuple(groups), role, namespace, limits)))
         return out
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"cannot read keys file {path}: {exc}") from None

@@ -18,6 +18,7 @@ __all__ = [
     "PayloadTooLarge",
     "ContextOverflow",
     "Overloaded",
+    "TooManyRequests",
     "GrammarError",
     "EngineError",
     "StoreError",
@@ -100,6 +101,15 @@ class Overloaded(LlamayError):
     def __init__(self, message: str, *, retry_after: int = 1) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class TooManyRequests(Overloaded):
+    """The caller is past one of its quotas (contexts, their bytes, requests in flight);
+    retry after `retry_after` seconds, or free something first."""
+
+    status = 429
+    code = "rate_limited"
+    kind = "rate_limit_error"
 
 
 class GrammarError(InvalidRequest):

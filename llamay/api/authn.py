@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..auth import ANONYMOUS, CURRENT_NAMESPACE, LOCAL, KeyRing, Principal, bearer_token
-from ..errors import Forbidden, Unauthorized
+from ..errors import Forbidden, LlamayError, TooManyRequests, Unauthorized
 from .errors import api_of, error_body
 
 __all__ = ["AuthMiddleware", "principal_of"]
@@ -37,6 +37,7 @@ class AuthMiddleware:
     def __init__(self, app: ASGIApp, keys: KeyRing) -> None:
         self.app = app
         self.keys = keys
+        self.in_flight: dict[str, int] = {}  # principal -> requests being served
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -53,11 +54,22 @@ class AuthMiddleware:
             principal = self.keys.authenticate(token)
             if scope["path"] in ADMIN_PATHS and not principal.admin:
                 raise Forbidden(f"{scope['path']} needs an admin key")
+            limit = principal.limits.concurrent_requests if principal.limits is not None else None
+            if limit is not None and self.in_flight.get(principal.name, 0) >= limit:
+                raise TooManyRequests(
+                    f"'{principal.name}' has {limit} requests in flight, its limit", retry_after=1
+                )
             state["principal"] = principal
-        except (Unauthorized, Forbidden) as exc:
+        except (Unauthorized, Forbidden, TooManyRequests) as exc:
             await _deny(send, scope["path"], exc)
             return
-        await self._serve(principal, scope, receive, send)
+        self.in_flight[principal.name] = self.in_flight.get(principal.name, 0) + 1
+        try:
+            await self._serve(principal, scope, receive, send)
+        finally:
+            left = self.in_flight.pop(principal.name) - 1
+            if left:
+                self.in_flight[principal.name] = left
 
     async def _serve(self, principal: Principal, scope: Scope, receive: Receive, send: Send) -> None:
         # The prefix-cache namespace follows the request into the pipeline (and the tasks
@@ -69,7 +81,7 @@ class AuthMiddleware:
             CURRENT_NAMESPACE.reset(token)
 
 
-async def _deny(send: Send, path: str, exc: Unauthorized | Forbidden) -> None:
+async def _deny(send: Send, path: str, exc: LlamayError) -> None:
     body = json.dumps(_error_body(path, exc)).encode()
     headers: list[Any] = [
         (b"content-type", b"application/json"),
@@ -77,11 +89,13 @@ async def _deny(send: Send, path: str, exc: Unauthorized | Forbidden) -> None:
     ]
     if exc.status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
+    if isinstance(exc, TooManyRequests):
+        headers.append((b"retry-after", str(exc.retry_after).encode()))
     await send({"type": "http.response.start", "status": exc.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
-def _error_body(path: str, exc: Unauthorized | Forbidden) -> dict[str, Any]:
+def _error_body(path: str, exc: LlamayError) -> dict[str, Any]:
     """Each API's own error shape, so its official client reports the error properly."""
     return error_body(exc, api_of(path))
 

@@ -8,14 +8,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..chat.contexts import Check, ContextService
-from ..errors import Forbidden, InvalidRequest
+from ..errors import Forbidden, InvalidRequest, TooManyRequests
 from ..runtime import LoadedModel, Runtime
 from .authn import principal_of
 from .fields import Fields
 from .http import json_response, read_json
 from .restore import restore_context, snapshot_key
 
-__all__ = ["context_routes", "contexts_of", "owner_check"]
+__all__ = ["context_routes", "contexts_of", "owner_check", "enforce_quota"]
 
 MAX_FORKS = 64
 
@@ -34,6 +34,27 @@ def single_user(request: Request) -> bool:
     return not request.app.state.keys.enabled
 
 
+async def enforce_quota(request: Request, *, contexts: int, tokens: int = 0, kv_bytes: int = 0) -> None:
+    """429 (with Retry-After) when `contexts` more contexts, keeping `kv_bytes` (or `tokens`
+    positions) of KV, would take the caller past its limits."""
+    principal = principal_of(request)
+    limits = principal.limits
+    if limits is None:
+        return
+    held, size, per_cell = await contexts_of(request).held_by(principal.name)
+    if held + contexts > limits.contexts:
+        raise TooManyRequests(
+            f"'{principal.name}' holds {held} contexts and may hold {limits.contexts}; delete some first",
+            retry_after=30,
+        )
+    if size + (kv_bytes or tokens * per_cell) > limits.context_bytes:
+        raise TooManyRequests(
+            f"'{principal.name}' keeps {size} bytes of context KV and may keep {limits.context_bytes}; "
+            "delete some contexts first",
+            retry_after=30,
+        )
+
+
 async def create_context(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     f = Fields(await read_json(request))
@@ -44,6 +65,7 @@ async def create_context(request: Request) -> Response:
     if shared and not principal.admin:
         raise Forbidden("only an admin may share a context's prefix with every tenant")
     tokens = _prefix_tokens(lm, f)
+    await enforce_quota(request, contexts=1, tokens=len(tokens))
     owner = principal.owner_tag(single_user(request))
     cid = await contexts_of(request).create(lm, tokens, owner=owner, marking=marking, shared=shared)
     body = {"id": cid, "object": "context", "model": lm.name, "tokens": len(tokens), "shared": shared}
@@ -73,6 +95,7 @@ async def fork_context(request: Request) -> Response:
     await service.find(cid, owner_check(request))  # an unknown or foreign id first: 404 / 403
     if not raw.isdigit() or not 1 <= int(raw) <= MAX_FORKS:
         raise InvalidRequest(f"'n' must be an integer from 1 to {MAX_FORKS}", param="n")
+    await enforce_quota(request, contexts=int(raw))
     _, forks = await service.fork(cid, int(raw), owner_check(request))
     return json_response({"object": "list", "data": [{"id": r.id, "object": "context"} for r in forks]})
 

@@ -177,7 +177,9 @@ async def restore_context(request: Request) -> Response:
             raise PayloadTooLarge(f"a snapshot of this model is at most {cap} state bytes")
         header, state, signed = await _receive(request, lm, cap)
         owner, namespace = _trust(principal, header, signed, not request.app.state.keys.enabled)
-        from .contexts import contexts_of
+        from .contexts import contexts_of, enforce_quota
+
+        await enforce_quota(request, contexts=1, kv_bytes=len(state))
 
         rec = await contexts_of(request).restore(lm, header, state, owner=owner, namespace=namespace)
     body = {"id": rec.id, "object": "context", "model": lm.name, "tokens": len(rec.tokens)}

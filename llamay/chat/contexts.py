@@ -63,6 +63,16 @@ class ContextService:
             out += [(lm, r) for r in await self._on_engine(lm, lm.engine.kv.records) if visible(r)]
         return out
 
+    async def held_by(self, owner: str) -> tuple[int, int, int]:
+        """Contexts `owner` has on every loaded model, the bytes of KV they keep, and
+        the largest bytes-per-position among the models (to price a new context)."""
+        count = size = per_cell = 0
+        for lm in self.runtime.models():
+            n, b = await self._on_engine(lm, lm.engine.kv.held_by, owner)
+            count, size = count + n, size + b
+            per_cell = max(per_cell, await self._on_engine(lm, lm.engine.kv.bytes_per_cell))
+        return count, size, per_cell
+
     async def create(
         self,
         lm: LoadedModel,

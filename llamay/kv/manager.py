@@ -301,6 +301,25 @@ class KvManager:
             raise InvalidRequest("the snapshot's KV state does not match this model's KV layout (damaged?)")
         return cells
 
+    def held_by(self, owner: str) -> tuple[int, int]:
+        """How many contexts `owner` has and the bytes of KV they keep (a fork shares its
+        parent's KV and adds none; a spilled context counts its file)."""
+        mine = [r for r in self.contexts.records.values() if r.owner == owner]
+        layout = self._own_layout()
+        per_cell = layout.bytes_per_cell() if layout is not None else 0
+        seen: dict[object, int] = {}
+        for r in mine:
+            if r.holder is not None:
+                seen[("kv", r.holder)] = r.n_kv * per_cell
+            elif r.spill is not None:
+                seen[r.spill] = _size(r.spill)
+        return len(mine), sum(seen.values())
+
+    def bytes_per_cell(self) -> int:
+        """State bytes per cached position (0 until the cache holds any KV)."""
+        layout = self._own_layout()
+        return layout.bytes_per_cell() if layout is not None else 0
+
     def _own_layout(self) -> Layout | None:
         if self._layout is None:
             sample = next((self.ops.seq_state(e.seq) for e in self.pool.entries.values() if e.tokens), None)
@@ -313,3 +332,10 @@ class KvManager:
     def check(self) -> None:
         """Assert the bookkeeping invariants (see Contexts.check)."""
         self.contexts.check()
+
+
+def _size(path: str) -> int:
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return 0

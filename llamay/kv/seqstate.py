@@ -36,6 +36,13 @@ class Layout:
     v_trans: int
     layers: tuple[tuple[int, ...], ...]
 
+    def bytes_per_cell(self) -> int:
+        """State bytes one more cached position takes (its cell entry and every row)."""
+        total = 12
+        for _k_type, k_row, *v in self.layers:
+            total += k_row + (v[1] * v[2] if self.v_trans else v[1])
+        return total
+
 
 class _Reader:
     def __init__(self, data: bytes) -> None:

@@ -22,6 +22,8 @@ from tests.serverproc import ServerProc, start_server
 ANN = {"Authorization": "Bearer ann-key"}
 BOB = {"Authorization": "Bearer bob-key"}
 ROOT = {"Authorization": "Bearer root-key"}
+CARL = {"Authorization": "Bearer carl-key"}
+DORA = {"Authorization": "Bearer dora-key"}
 SECRET = "Board minutes, strictly private. The merger target is Acme Corporation. " * 4
 GUESS_RIGHT = SECRET
 GUESS_WRONG = SECRET.replace("Acme", "Beta")
@@ -33,6 +35,8 @@ def write_keys(path: Path) -> Path:
         {"key": "ann-key", "principal": "ann"},
         {"key": "bob-key", "principal": "bob"},
         {"key": "root-key", "principal": "root", "role": "admin"},
+        {"key": "carl-key", "principal": "carl", "limits": {"contexts": 3, "concurrent_requests": 1}},
+        {"key": "dora-key", "principal": "dora", "limits": {"context_bytes": 60000}},
     ]}))  # fmt: skip
     return path
 
@@ -260,3 +264,38 @@ def test_groups_given_as_a_string_refuse_to_start(tiny_model_path: Path, tmp_pat
     starting = start_server(tiny_model_path, "-keys", str(keys), home=tmp_path / "h", timeout=60)
     with pytest.raises(RuntimeError, match="must be a list of names"), starting:
         pass
+
+
+def test_quotas_refuse_with_429_and_retry_after(server: ServerProc) -> None:
+    before, _ = complete(server, ANN, SECRET + "Quota victim:")
+    first = post(server, "/v1/contexts", CARL, json={"prompt": "carl's notes " * 5}).json()["id"]
+    assert post(server, f"/v1/contexts/{first}/fork?n=65", CARL).status_code == 400  # at most 64 per call
+    assert post(server, f"/v1/contexts/{first}/fork?n=2", CARL).status_code == 200
+    for r in (
+        post(server, "/v1/contexts", CARL, json={"prompt": "one too many " * 5}),
+        post(server, f"/v1/contexts/{first}/fork?n=1", CARL),
+    ):
+        assert r.status_code == 429 and int(r.headers["retry-after"]) > 0, r.text
+    # dora's KV bytes: an 81-token context keeps ~22 kB of KV here; a third exceeds 60 kB.
+    for i in range(2):
+        assert post(server, "/v1/contexts", DORA, json={"prompt": f"dora's page{i} " * 10}).status_code == 200
+    r = post(server, "/v1/contexts", DORA, json={"prompt": "dora's pages " * 10})
+    assert r.status_code == 429 and "bytes" in r.json()["error"]["message"], r.text
+    # One request in flight for carl (its body is still coming): a second one is refused
+    # meanwhile, ann's is not, and once the first ends carl may send again.
+    head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer carl-key\r\n"
+    held = _raw(server, head + "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n", b'{"pro')
+    for _ in range(100):  # until the server has the held request's headers (no timing asserted)
+        r = post(server, "/v1/completions", CARL, json={"prompt": "x", "max_tokens": 1})
+        if r.status_code == 429:
+            break
+        time.sleep(0.05)
+    assert r.status_code == 429 and r.headers["retry-after"] == "1", r.text
+    assert complete(server, ANN, SECRET + "Quota victim:")[0] == before
+    held.close()
+    for _ in range(100):
+        r = post(server, "/v1/completions", CARL, json={"prompt": "x", "max_tokens": 1})
+        if r.status_code == 200:
+            break
+        time.sleep(0.05)
+    assert r.status_code == 200, r.text

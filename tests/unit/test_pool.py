@@ -1,4 +1,4 @@
-from llamay.kv.pool import SeqPool
+from llamay.kv.pool import SHARED, SeqPool
 
 
 class FakeKv:
@@ -190,3 +190,35 @@ def test_a_dropped_source_is_forgotten_by_its_borrowers() -> None:
     assert c == a
     pool.age(1)
     assert c not in pool.entries  # not held back as if b still shared it
+
+
+def test_namespaces_attach_only_to_their_own_or_shared_prefixes() -> None:
+    kv = FakeKv()
+    pool = SeqPool(8, kv, stash_bytes=1 << 20, idle_after=1)
+    a = pool.acquire()
+    assert a is not None
+    kv.fill(a, 6)
+    pool.keep(a, [1, 2, 3, 4, 5, 6], namespace="u:ann")
+    b = pool.acquire()
+    assert b is not None
+    assert pool.attach(b, [1, 2, 3, 4, 5, 6, 7], limit=6, namespace="u:bob") == 0
+    assert pool.attach(b, [1, 2, 3, 4, 5, 6, 7], limit=6, namespace="u:ann") == 6
+    pool.release(b)
+    s = pool.acquire()
+    assert s is not None
+    kv.fill(s, 3)
+    pool.keep(s, [1, 2, 3], namespace=SHARED)  # not dropped as a prefix of ann's entry
+    c = pool.acquire()
+    assert c is not None
+    assert pool.attach(c, [1, 2, 3, 4, 9], limit=4, namespace="u:bob") == 3
+    pool.release(c)
+    # In the stash too: ann's entry moves to RAM and is still hers alone.
+    pool.age(100)
+    assert pool.stash and a not in pool.entries
+    d = pool.acquire()
+    assert d is not None
+    assert pool.attach(d, [1, 2, 3, 4, 5, 6, 7], limit=6, namespace="u:bob") == 3  # the shared part
+    pool.release(d)
+    e = pool.acquire()
+    assert e is not None
+    assert pool.attach(e, [1, 2, 3, 4, 5, 6, 7], limit=6, namespace="u:ann") == 6
