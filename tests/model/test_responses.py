@@ -329,7 +329,8 @@ def test_bad_bodies_and_paths(server: ServerProc) -> None:
 def test_another_principals_response_is_not_found(tiny_model_path: Path, tmp_path: Path) -> None:
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps({"keys": [{"key": "k-ann", "principal": "ann", "role": "user"},
-                                         {"key": "k-bob", "principal": "bob", "role": "user"}]}))  # fmt: skip
+                                         {"key": "k-bob", "principal": "bob", "role": "user"},
+                                         {"key": "k-cy", "principal": "cy", "limits": {"contexts": 1}}]}))  # fmt: skip
     with start_server(tiny_model_path, "-keys", str(keys), home=tmp_path / "h") as s:
         ann, bob = client_for(s, "k-ann"), client_for(s, "k-bob")
         r = ann.responses.create(model="", input="Mine.", max_output_tokens=3, temperature=0)
@@ -346,6 +347,17 @@ def test_another_principals_response_is_not_found(tiny_model_path: Path, tmp_pat
             client_for(s, "wrong").responses.retrieve(r.id)
         nxt = ann.responses.create(model="", input="More.", previous_response_id=r.id, max_output_tokens=2)
         assert nxt.usage and nxt.usage.input_tokens_details.cached_tokens > 0
+        # Past its context quota a key still gets stored responses, only without contexts.
+        cy = client_for(s, "k-cy")
+        held = lambda: httpx.get(s.url + "/contexts", headers={"Authorization": "Bearer k-cy"}).json()["data"]  # noqa: E731
+        first = cy.responses.create(model="", input="One.", max_output_tokens=2, temperature=0)
+        assert len(held()) == 1
+        second = cy.responses.create(model="", input="Two.", max_output_tokens=2, temperature=0)
+        third = cy.responses.create(
+            model="", input="Go.", previous_response_id=second.id, max_output_tokens=2
+        )
+        assert third.status == "incomplete" and cy.responses.retrieve(second.id).id == second.id
+        assert len(held()) == 1 and first.status == "incomplete"
 
 
 def test_client_that_leaves_frees_the_generation(server: ServerProc) -> None:

@@ -25,11 +25,11 @@ from starlette.routing import Route
 from ...chat.defaults import sampling_defaults
 from ...chat.flow import ChatOptions, with_finish_default
 from ...chat.pipeline import Choice, Delta, Generation, NewContext, Prompt, RunSpec, chat_prompt, start
-from ...errors import Conflict, InvalidRequest, LlamayError
+from ...errors import Conflict, InvalidRequest, LlamayError, TooManyRequests
 from ...kv.contexts import ContextRecord
 from ...runtime import LoadedModel, Runtime
 from ..authn import principal_of
-from ..contexts import contexts_of, owner_check, single_user
+from ..contexts import contexts_of, enforce_quota, owner_check, single_user
 from ..http import json_response, read_json, sse_response, until_disconnect
 from .responses_render import ResponseBuilder, base_json
 from .responses_schema import ResponsesRequest, conversation_messages, item_id, parse_responses
@@ -58,6 +58,7 @@ class Turn:
     items: list[dict[str, Any]]
     gen: Generation | None = None
     fork: str | None = None  # the previous response's context, forked for this turn
+    keep: bool = True  # keep a context for the response (stored, and within the caller's quota)
     settled: bool = False
 
     @property
@@ -69,7 +70,7 @@ class Turn:
         self.settled = True
         kept = choice.reason in ("stop", "length")  # the engine keeps a context for these
         context = self.fork if self.fork is not None else choice.finish.extra.get("context_id")
-        if not self.req.store or not kept:
+        if not self.keep or not kept:
             if isinstance(context, str):
                 await self.store.drop_context(context)
             context = None
@@ -147,6 +148,7 @@ async def _start(turn: Turn, prompt: Prompt, spec: RunSpec, previous: str | None
     the prompt extends it, else on its own (kept as a new context when stored)."""
     lm, service = turn.lm, contexts_of(turn.request)
     check = owner_check(turn.request)
+    turn.keep = turn.req.store and await _within_quota(turn.request, len(prompt.tokens))
     if previous is not None:
         forks: list[ContextRecord] = []
         with contextlib.suppress(LlamayError):  # deleted through /v1/contexts meanwhile: compute it all
@@ -165,8 +167,20 @@ async def _start(turn: Turn, prompt: Prompt, spec: RunSpec, previous: str | None
                 await turn.store.drop_context(fork.id)
                 raise
     owner = principal_of(turn.request).owner_tag(single_user(turn.request))
-    keep = NewContext(owner) if turn.req.store else None
+    keep = NewContext(owner) if turn.keep else None
     turn.gen = await start(lm, prompt, spec, new_context=keep)
+
+
+async def _within_quota(request: Request, tokens: int) -> bool:
+    """Whether the caller's context quota has room for this response's context. Past it
+    the response is still answered and stored, only without a context: a later turn on
+    it is computed whole. (A fork made to continue from a previous response is dropped
+    when the turn ends, so it is not priced.)"""
+    try:
+        await enforce_quota(request, contexts=1, tokens=tokens)
+    except TooManyRequests:
+        return False
+    return True
 
 
 async def _collect(turn: Turn) -> dict[str, Any]:
