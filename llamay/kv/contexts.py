@@ -250,13 +250,15 @@ class Contexts:
         a kill mid-write leaves the previous index), then give the store up."""
         if not self.lock.held:
             return
-        for seq in {r.holder for r in self.records.values() if r.holder is not None}:
-            self.spill_entry(seq, durable=True)  # type: ignore[arg-type]
-        index = [asdict(r) | {"holder": None, "busy": False} for r in self.records.values()]
-        self.folder.mkdir(parents=True, exist_ok=True)
-        body = json.dumps({"model_sha256": self.model_sha, "contexts": index}).encode()
-        write_atomic(self.folder / "index.json", body)
-        self.lock.release()
+        try:
+            for seq in {r.holder for r in self.records.values() if r.holder is not None}:
+                self.spill_entry(seq, durable=True)  # type: ignore[arg-type]
+            index = [asdict(r) | {"holder": None, "busy": False} for r in self.records.values()]
+            self.folder.mkdir(parents=True, exist_ok=True)
+            body = json.dumps({"model_sha256": self.model_sha, "contexts": index}).encode()
+            write_atomic(self.folder / "index.json", body)
+        finally:
+            self.lock.release()  # even if a write failed: the process is leaving
 
     def load_all(self) -> int:
         """Read the index (records whose file is gone or unreadable are skipped, with a
