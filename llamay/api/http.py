@@ -77,6 +77,16 @@ async def read_json(request: Request, max_bytes: int = MAX_BODY) -> Any:
     """The request body as JSON. Raises InvalidRequest (malformed JSON, named position) or
     PayloadTooLarge."""
     raw = await read_body(request, max_bytes)
+    if len(raw) > INLINE_JSON:  # decoding megabytes is CPU work: off the event loop
+        return await asyncio.to_thread(_decode_json, raw)
+    return _decode_json(raw)
+
+
+# Bodies up to this size are decoded on the event loop (cheaper than a thread hop).
+INLINE_JSON = 64 * 1024
+
+
+def _decode_json(raw: bytes) -> Any:
     if not raw.strip():
         raise InvalidRequest("the request body is empty; expected a JSON object")
     try:

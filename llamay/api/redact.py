@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -74,7 +75,8 @@ async def redact_route(request: Request) -> Response:
         wanted: list[str] | None = (list(DETECTORS) if rule_types is None else rule_types) + model_types
     else:
         wanted = rule_types
-    result = redact(text, wanted, style, detectors=registry)  # type: ignore[arg-type]
+    # Up to a megabyte of text through every detector: CPU work, off the event loop.
+    result = await asyncio.to_thread(redact, text, wanted, style, detectors=registry)  # type: ignore[arg-type]
     findings = [
         Finding(fd.type, fd.start, fd.end, "model" if fd.type in MODEL_TYPES else "rules")
         for fd in result.findings
@@ -97,7 +99,7 @@ async def model_spans(lm: LoadedModel, text: str) -> list[tuple[str, str]]:
         grammar=grammar,
         thinking=False,
     )
-    prompt = chat_prompt(lm, opts)
+    prompt = await asyncio.to_thread(chat_prompt, lm, opts)
     budget = max(64, min(2048, lm.engine.n_ctx - len(prompt.tokens) - 1))
     spec = RunSpec(sampling=SamplingParams(temperature=0), max_tokens=budget)
     (answer,) = await (await start(lm, prompt, spec)).collect()

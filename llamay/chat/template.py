@@ -12,11 +12,18 @@ and takes `indent`/`separators`/`sort_keys`/`ensure_ascii` (default False), and 
 Every failure while rendering is the caller's messages meeting the model's template, so it
 becomes `InvalidRequest` (HTTP 400), never a 500. A template that does not compile is a
 model/config problem and raises `ValueError` at load.
+
+Rendering has a budget, since a template's loops run over what the caller sent: at most
+MAX_RENDER_CHARS characters of output and RENDER_SECONDS of work (checked at every piece
+of output and every attribute, item or call the template evaluates); past either it is a
+400 saying which.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -55,6 +62,20 @@ _MEDIA_PARTS = {
 }
 
 _PROBE = "llamay-template-probe"
+MAX_RENDER_CHARS = 4_000_000
+RENDER_SECONDS = 10.0
+# The deadline of the render running on this thread (renders run on many threads at once).
+_deadline = threading.local()
+
+
+class _OverBudget(Exception):
+    """A render went past its time budget."""
+
+
+def _check_deadline() -> None:
+    until = getattr(_deadline, "at", None)
+    if until is not None and time.monotonic() > until:
+        raise _OverBudget()
 
 
 class _TemplateRaised(TemplateError):
@@ -68,6 +89,20 @@ class _Sandbox(ImmutableSandboxedEnvironment):
     # instead: no legitimate chat template touches such attributes.
     def unsafe_undefined(self, obj: Any, attribute: str) -> NoReturn:  # type: ignore[override]
         raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe")
+
+    # Every attribute, item and call goes through these: a loop that emits nothing still
+    # meets the deadline here.
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        _check_deadline()
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        _check_deadline()
+        return super().getitem(obj, argument)
+
+    def call(self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
+        _check_deadline()
+        return super().call(__context, __obj, *args, **kwargs)
 
 
 class _GenerationBlock(Extension):
@@ -194,6 +229,10 @@ class ChatTemplate:
             raise InvalidRequest(f"chat template attempted an unsafe operation: {e}", param="messages") from e
         except RecursionError as e:
             raise InvalidRequest("chat template recursed too deeply", param="messages") from e
+        except _OverBudget as e:
+            raise InvalidRequest(
+                f"chat template took longer than {RENDER_SECONDS:g}s on these messages", param="messages"
+            ) from e
         except Exception as e:  # template code can raise anything (TypeError, KeyError, ...)
             detail = e.message if isinstance(e, TemplateError) else str(e)
             raise InvalidRequest(
@@ -228,7 +267,23 @@ class ChatTemplate:
             "tools": tools,
             "add_generation_prompt": add_generation_prompt,
         }
-        return self._template.render(variables)
+        out: list[str] = []
+        size = 0
+        outer = getattr(_deadline, "at", None)  # a probe render inside another keeps its deadline
+        _deadline.at = time.monotonic() + RENDER_SECONDS if outer is None else outer
+        try:
+            for piece in self._template.generate(variables):
+                size += len(piece)
+                if size > MAX_RENDER_CHARS:
+                    raise InvalidRequest(
+                        f"the chat template renders these messages to more than {MAX_RENDER_CHARS} characters",
+                        param="messages",
+                    )
+                _check_deadline()
+                out.append(piece)
+        finally:
+            _deadline.at = outer
+        return "".join(out)
 
     def _requires_typed_content(self) -> bool:
         # A few templates only read content as a list of {"type": "text"} parts. Detect them

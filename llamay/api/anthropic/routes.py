@@ -4,6 +4,7 @@ LlamayError raised here is answered in Anthropic's error shape."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -97,11 +98,13 @@ class _Run:
 
 async def create_message(request: Request) -> Response:
     runtime = request.app.state.runtime
-    req = parse_messages_request(await read_json(request))
+    # Parsing compiles schemas and tool specs: CPU work, off the event loop.
+    req = await asyncio.to_thread(parse_messages_request, await read_json(request))
     lm = await _model(request, req.model)
     req = req.with_defaults(await sampling_defaults(runtime, lm))
-    prompt = render(lm, req.options, req.prefill)
-    mark = breakpoint_tokens(lm, req, prompt.tokens)
+    # Rendering and tokenizing are CPU work: off the event loop.
+    prompt = await asyncio.to_thread(render, lm, req.options, req.prefill)
+    mark = await asyncio.to_thread(breakpoint_tokens, lm, req, prompt.tokens)
     spec = RunSpec(
         sampling=req.sampling, max_tokens=req.max_tokens, stop=req.stop, default_max=runtime.config.max_tokens
     )
@@ -155,9 +158,12 @@ async def _frames(
 
 
 async def count_tokens(request: Request) -> Response:
-    req = parse_messages_request(await read_json(request), counting=True)
+    req = await asyncio.to_thread(
+        lambda body: parse_messages_request(body, counting=True), await read_json(request)
+    )
     lm = await _model(request, req.model)
-    return json_response({"input_tokens": len(render(lm, req.options, req.prefill).tokens)})
+    prompt = await asyncio.to_thread(render, lm, req.options, req.prefill)
+    return json_response({"input_tokens": len(prompt.tokens)})
 
 
 def _anthropic_errors(handler: Handler) -> Handler:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -44,12 +45,16 @@ def run_spec(
 
 async def chat_completions(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
-    req = parse_chat(await read_json(request))
+    # Parsing compiles schemas and tool specs: CPU work, off the event loop.
+    req = await asyncio.to_thread(parse_chat, await read_json(request))
     lm = await runtime.use(req.common.model)
     # The model's and the server's sampling defaults, under what the request set.
     req = replace(req, common=with_defaults(req.common, await sampling_defaults(runtime, lm)))
     req.common.sampling.validate(lm.model.n_vocab)  # logit_bias ids must be in this vocabulary
-    prompt = chat_prompt(lm, with_finish_default(req.options, runtime.config.finish_tool))
+    # Rendering and tokenizing a large conversation is CPU work: off the event loop.
+    prompt = await asyncio.to_thread(
+        chat_prompt, lm, with_finish_default(req.options, runtime.config.finish_tool)
+    )
     spec = run_spec(req.common, runtime, keep_tokens=req.logprobs)
     async with held_context(request, lm, req.common.session) as held:
         gen = await start(lm, prompt, spec, held=held)
