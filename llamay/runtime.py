@@ -10,7 +10,9 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,9 +25,25 @@ from .engine.engine import Engine, EngineConfig
 from .errors import Conflict, ModelNotFound, Overloaded
 from .kv.manager import KvManager
 
-__all__ = ["LoadedModel", "LoadRefused", "Runtime", "RuntimeConfig", "load_model", "mem_available"]
+__all__ = [
+    "MANAGE_MODELS",
+    "LoadedModel",
+    "LoadRefused",
+    "Runtime",
+    "RuntimeConfig",
+    "load_model",
+    "mem_available",
+]
 
 log = logging.getLogger("llamay.runtime")
+
+# Whether the caller may manage models: load one by path or URL, download one, change how
+# long a model stays loaded, or evict a model kept without expiry. True outside the HTTP
+# server (CLI, library); the server sets it per request from the key's role, so every
+# route that names a model obeys it without passing it along.
+MANAGE_MODELS: ContextVar[bool] = ContextVar("llamay_manage_models", default=True)
+# Distinct model-name spellings remembered as aliases; older ones are resolved again.
+MAX_ALIASES = 256
 
 
 @dataclass(frozen=True)
@@ -184,7 +202,10 @@ class Runtime:
         self.keep_alive = keep_alive
         self.default_name = default or ""
         self._models: dict[str, LoadedModel] = {}
-        self._aliases: dict[str, str] = {}
+        self._aliases: OrderedDict[str, str] = OrderedDict()
+        # Every model loaded so far, by name: a model first loaded from a file path (the
+        # -m model) can be loaded again by its name after it was unloaded.
+        self._files: dict[str, tuple[Path, str | None]] = {}
         self._loading: dict[str, asyncio.Future[LoadedModel]] = {}
         self._generation = 0
         self.encoders: dict[str, Any] = {}  # "embed" / "rerank" encoders loaded beside the models
@@ -198,7 +219,8 @@ class Runtime:
         lm.touch()
         with self._lock:
             self._models[lm.name] = lm
-            self._aliases[lm.name] = lm.name
+            self._remember(lm.name, lm.name)
+            self._files[lm.name] = (lm.info.path, lm.sha256)
         if default or not self.default_name:
             self.default_name = lm.name
 
@@ -220,25 +242,45 @@ class Runtime:
     models = loaded
 
     async def use(self, name: str | None, keep_alive: float | None = None) -> LoadedModel:
-        """The model `name` ("" or None: the default), loading it if needed."""
+        """The model `name` ("" or None: the default), loading it if needed. A caller that
+        may not manage models (`MANAGE_MODELS`) gets only a loaded or installed model (one
+        uniform ModelNotFound for anything else) and its `keep_alive` is ignored."""
+        manage = MANAGE_MODELS.get()
         key = self._canonical(name)
         with self._lock:
             found = self._models.get(key) if key else None
         if found is None:
-            key, found = await self._load(name or self.default_name)
-        if keep_alive is not None:
+            key, found = await self._load(name or self.default_name, manage)
+        if keep_alive is not None and manage:
             found.keep_alive = keep_alive
         found.touch()
         return found
 
     # -- loading / unloading -------------------------------------------------------------
-    async def _load(self, name: str) -> tuple[str, LoadedModel]:
+    async def _find(self, name: str, manage: bool) -> tuple[str, Path, str | None]:
+        """(name, GGUF file, sha256) for `name`: a model loaded before, else (managers) any
+        name, path or download the resolver takes, else (users) an installed model only."""
+        known = self._files.get(name) or self._files.get(self._aliases.get(name, ""))
+        if known is not None:
+            return (self._aliases.get(name, name), *known)
+        if not manage:
+            installed = getattr(self.store, "installed", None)
+            found = await asyncio.to_thread(installed, name) if installed is not None else None
+            if found is None:
+                raise ModelNotFound(f"model '{name[:200]}' not found", param="model")
+            return found.name, found.path, found.sha256
         if self._resolve is None:
             raise ModelNotFound(
                 f"model '{name}' is not loaded and this server cannot load models", param="model"
             )
         canonical, path, sha = await asyncio.to_thread(self._resolve, name)
-        self._aliases[name] = canonical
+        if not await asyncio.to_thread(_is_gguf, path):
+            raise ModelNotFound(f"model '{name}' not found: {path} is not a GGUF file", param="model")
+        return canonical, path, sha
+
+    async def _load(self, name: str, manage: bool = True) -> tuple[str, LoadedModel]:
+        canonical, path, sha = await self._find(name, manage)
+        self._remember(name, canonical)
         with self._lock:
             if canonical in self._models:
                 return canonical, self._models[canonical]
@@ -249,7 +291,7 @@ class Runtime:
         self._loading[canonical] = fut
         try:
             check_memory(canonical, path)
-            await self._make_room()
+            await self._make_room(manage)
             generation = self._generation
             lm = await asyncio.to_thread(load_model, canonical, path, self.config, sha)
             if generation != self._generation:  # a reset happened meanwhile
@@ -265,9 +307,10 @@ class Runtime:
         finally:
             self._loading.pop(canonical, None)
 
-    async def _make_room(self) -> None:
+    async def _make_room(self, manage: bool = True) -> None:
         while len(self._models) >= self.max_loaded:
-            idle = [m for m in self.loaded() if m.idle]
+            # Only a manager's load may evict a model kept without expiry (the -m model).
+            idle = [m for m in self.loaded() if m.idle and (manage or m.keep_alive >= 0)]
             if not idle:
                 raise Overloaded(
                     f"all {len(self._models)} loaded models are busy; retry shortly", retry_after=2
@@ -325,12 +368,29 @@ class Runtime:
         for m in models:
             m.close()
 
+    def _remember(self, alias: str, canonical: str) -> None:
+        """Note `alias` as a spelling of `canonical`, keeping the newest MAX_ALIASES: names
+        come from requests, and any number of spellings may resolve to one model."""
+        self._aliases[alias] = canonical
+        self._aliases.move_to_end(alias)
+        while len(self._aliases) > MAX_ALIASES:
+            self._aliases.popitem(last=False)
+
     def _canonical(self, name: str | None) -> str:
         if not name:
             return self.default_name
         if name in self._models:
             return name
         return self._aliases.get(name) or self._aliases.get(_with_tag(name)) or name
+
+
+def _is_gguf(path: Path) -> bool:
+    """Whether `path` starts like a GGUF file (so any other file is a 404, not a 500)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
 
 
 def check_memory(name: str, path: Path, reserve: int = 256 * 1024 * 1024) -> None:

@@ -22,6 +22,7 @@ from .authn import AuthMiddleware
 from .contexts import context_routes
 from .embeddings import embeddings_routes
 from .errors import exception_handlers
+from .grants import GrantsMiddleware
 from .http import json_response
 from .metrics import CountingMiddleware, RequestCounter
 from .ollama.routes import ollama_routes
@@ -121,6 +122,8 @@ def create_app(runtime: Runtime, keys: KeyRing | None = None) -> Starlette:
     app.state.encoders = {}
     app.state.index = None
     app.state.counter = RequestCounter()
+    # Added first, so it runs inside the auth layer and sees the principal it found.
+    app.add_middleware(GrantsMiddleware)
     app.add_middleware(AuthMiddleware, keys=keys)
     # Added last, so it runs first: it also counts the 401s the auth layer answers.
     app.add_middleware(CountingMiddleware, counter=app.state.counter)

@@ -10,7 +10,15 @@ from typing import Any
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["RequestCounter", "CountingMiddleware"]
+__all__ = ["RequestCounter", "CountingMiddleware", "method_label"]
+
+# Methods counted under their own name; any other string a client sends (counted before
+# auth, so by anyone) shares one label, and the series stay a fixed set.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def method_label(method: str) -> str:
+    return method if method in KNOWN_METHODS else "OTHER"
 
 
 class RequestCounter:
@@ -52,7 +60,7 @@ class CountingMiddleware:
             await self.app(scope, receive, capture)
         finally:
             self.counter.in_flight -= 1
-            self.counter.record(scope["method"], route, status)
+            self.counter.record(method_label(scope["method"]), route, status)
 
 
 def _route_of(scope: Scope) -> str:

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from llamay.errors import InvalidRequest, ModelNotFound, StoreError
+from llamay.errors import InvalidRequest, LlamayError, ModelNotFound, StoreError
 from llamay.store import manage
 from llamay.store.catalog import DEFAULT_CATALOG, DEFAULT_MODEL, Catalog, CatalogEntry
 from llamay.store.layout import Layout, llamay_home
@@ -93,6 +93,24 @@ class ModelStore:
             f"and not stored under {self._layout.models}",
             param="model",
         )
+
+    def installed(self, name: str) -> ResolvedModel | None:
+        """The local file for `name` if it is installed now: a catalog model already
+        downloaded or a stored name. Never a file path, never a download; None otherwise
+        (including for a malformed name), so a caller cannot tell why."""
+        name = name.strip()
+        if not name or len(name) > 512 or name.lower().endswith(".gguf"):
+            return None
+        try:
+            entry = self.catalog.get(name)
+            if entry is not None:
+                blob = self._present(entry)
+                return ResolvedModel(entry.name, blob, entry.sha256) if blob is not None else None
+            manifest = self._manifest(name)
+            path = self._layout.model_path(manifest, link=True) if manifest is not None else None
+        except (OSError, ValueError, LlamayError):
+            return None
+        return ResolvedModel(str(manifest.name), path, manifest.digest) if manifest and path else None
 
     def ensure(self, name: str) -> Path:
         """Pull `name` if needed and return its GGUF path (same rules and errors as resolve)."""

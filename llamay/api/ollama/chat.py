@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -14,8 +15,8 @@ from starlette.responses import JSONResponse, Response
 from ...chat.flow import ChatOptions, Piece
 from ...chat.pipeline import Choice, Delta, Generation, Prompt, chat_prompt, start, text_prompt
 from ...chat.tools import ToolChoice
-from ...errors import InvalidRequest, LlamayError
-from ...runtime import LoadedModel
+from ...errors import Forbidden, InvalidRequest, LlamayError
+from ...runtime import MANAGE_MODELS, LoadedModel
 from ...types import FinishEvent
 from ..errors import error_body
 from ..http import read_json, until_disconnect
@@ -53,7 +54,8 @@ class Turn:
 
 async def chat(request: Request) -> Response:
     t0 = time.perf_counter()
-    req = parse_chat(await read_json(request))
+    # Parsing compiles schemas and tool specs: CPU work, off the event loop.
+    req = await asyncio.to_thread(parse_chat, await read_json(request))
     c = req.common
     if not req.messages:
         return await _load_or_unload(request, c, chat=True)
@@ -73,19 +75,20 @@ async def chat(request: Request) -> Response:
         finish_tool=False,  # not an Ollama concept: with tools the model may answer in text
     )
     turn = Turn(c.model or lm.name, lm, c, t0, load_ns, chat=True)
-    return await _run(request, turn, chat_prompt(lm, opts))
+    # Rendering and tokenizing a large conversation is CPU work: off the event loop.
+    return await _run(request, turn, await asyncio.to_thread(chat_prompt, lm, opts))
 
 
 async def generate(request: Request) -> Response:
     t0 = time.perf_counter()
-    req = parse_generate(await read_json(request))
+    req = await asyncio.to_thread(parse_generate, await read_json(request))
     c = req.common
     if not req.prompt:
         return await _load_or_unload(request, c, chat=False)
     lm, load_ns, c, system = await _model(request, c)
     # A model's own system prompt starts a conversation; a continued one (context) has it.
     req = replace(req, common=c, system=req.system or (None if req.context else system))
-    prompt = _generate_prompt(lm, req)
+    prompt = await asyncio.to_thread(_generate_prompt, lm, req)
     context = None if req.raw else prompt.tokens
     turn = Turn(c.model or lm.name, lm, c, t0, load_ns, chat=False, context=context)
     return await _run(request, turn, prompt)
@@ -132,8 +135,11 @@ def _generate_prompt(lm: LoadedModel, req: OllamaGenerate) -> Prompt:
 
 
 async def _load_or_unload(request: Request, c: Common, *, chat: bool) -> Response:
-    """Ollama's empty request: load the model, or unload it when keep_alive is 0."""
+    """Ollama's empty request: load the model, or unload it when keep_alive is 0 (an
+    admin's only: the model is shared; a user's keep_alive elsewhere is ignored)."""
     if c.keep_alive == 0:
+        if not MANAGE_MODELS.get():
+            raise Forbidden("unloading a model needs an admin key")
         unload = runtime_feature(request, "runtime", "unload")
         await unload(loaded_alias(request.app.state.runtime, c.model))
         reason = "unload"

@@ -20,7 +20,7 @@ from ...embed.service import Encoder
 from ...errors import InvalidRequest, ModelNotFound
 from ...runtime import LoadedModel
 from ...store.gguf_header import HeaderCache
-from ..embeddings import find_encoder, served_encoders
+from ..embeddings import MAX_INPUTS, find_encoder, served_encoders
 from ..fields import Fields
 from ..http import read_json
 from . import describe
@@ -199,6 +199,8 @@ async def embed(request: Request) -> Response:
     texts = [raw] if isinstance(raw, str) else raw
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
         raise InvalidRequest("'input' must be a string or a non-empty array of strings", param="input")
+    if len(texts) > MAX_INPUTS:
+        raise InvalidRequest(f"'input' has {len(texts)} items; at most {MAX_INPUTS} are taken", param="input")
     dimensions = f.integer("dimensions", None, lo=1)
     keep_alive = parse_keep_alive(f.raw("keep_alive"))
     name = f.text("model") or ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -46,7 +47,8 @@ def completion_prompt(
 
 async def completions(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
-    req = parse_completion(await read_json(request))
+    # Parsing compiles schemas and tool specs: CPU work, off the event loop.
+    req = await asyncio.to_thread(parse_completion, await read_json(request))
     common = req.common
     # echo with logprobs scores the prompt's own tokens (lm-evaluation-harness log-likelihoods).
     score = req.echo and req.logprobs is not None
@@ -60,8 +62,13 @@ async def completions(request: Request) -> Response:
     if len(req.prompts) > 1 and (common.stream or common.session is not None):
         raise InvalidRequest("streaming and 'llamay_session' take one prompt per request", param="prompt")
     if req.suffix is not None and common.session is not None:
-        raise InvalidRequest("'suffix' (fill-in-the-middle) cannot continue a 'llamay_session'", param="suffix")
-    prompts = [completion_prompt(lm, p, common.grammar, req.suffix) for p in req.prompts]
+        raise InvalidRequest(
+            "'suffix' (fill-in-the-middle) cannot continue a 'llamay_session'", param="suffix"
+        )
+    # Tokenizing large prompts is CPU work: off the event loop.
+    prompts = await asyncio.to_thread(
+        lambda: [completion_prompt(lm, p, common.grammar, req.suffix) for p in req.prompts]
+    )
     want_lp = req.logprobs is not None
     spec = run_spec(common, runtime, keep_tokens=want_lp, prompt_logprobs=req.logprobs if score else None)
     async with held_context(request, lm, common.session) as held:

@@ -29,6 +29,8 @@ __all__ = [
 
 MAX_N = 16
 MAX_STOP = 16
+# Prompts in one /v1/completions request: each becomes a queued generation.
+MAX_PROMPTS = 64
 # llama-server's further sampler fields: name -> (integer?, lowest, highest), the ranges
 # SamplingParams.validate accepts. Their defaults are SamplingParams'.
 LLAMA_SAMPLING: dict[str, tuple[bool, float, float]] = {
@@ -325,6 +327,10 @@ def _prompts(raw: Any) -> list[str | list[int]]:
         return [raw]
     if not isinstance(raw, list) or not raw:
         raise bad
+    if len(raw) > MAX_PROMPTS and not all(isinstance(x, int) for x in raw):
+        raise InvalidRequest(
+            f"'prompt' has {len(raw)} prompts; at most {MAX_PROMPTS} are taken per request", param="prompt"
+        )
     if all(isinstance(x, str) for x in raw):
         return list(raw)
     if all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
