@@ -173,3 +173,24 @@ def test_page_orders_and_follows_after() -> None:
         args: dict[str, Any] = {"limit": None, "order": None, "after": None, **bad}
         with pytest.raises(InvalidRequest):
             page(items, **args)
+
+
+def test_two_calls_are_two_items_with_their_final_arguments() -> None:
+    calls = [
+        ToolCall("call_a", "get_time", '{"zone": "UTC"}'),
+        ToolCall("call_b", "get_time", '{"zone": "CET"}'),
+    ]
+    steps = [
+        [Piece("call", index=0, id="call_a", name="get_time"), Piece("args", '{"zone": "UTC"}', index=0)],
+        [Piece("call", index=1, id="call_b", name="get_time"), Piece("args", '{"zone": "CET"}', index=1)],
+    ]
+    final, events = build(steps, calls=calls)
+    check_events(events)
+    done = [e for e in events if e["type"] == "response.function_call_arguments.done"]
+    assert [(e["output_index"], e["arguments"]) for e in done] == [
+        (0, '{"zone": "UTC"}'),
+        (1, '{"zone": "CET"}'),
+    ]
+    assert [(o["call_id"], o["arguments"]) for o in final["output"]] == [(c.id, c.arguments) for c in calls]
+    assert len({o["id"] for o in final["output"]}) == 2
+    Response.model_validate(final)
