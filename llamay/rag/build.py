@@ -83,21 +83,22 @@ def scan(root: Path) -> list[SourceFile]:
         for name in sorted(files):
             path = Path(folder, name)
             kind = kind_of(path)
-            if name.startswith(".") or kind is None or not path.is_file():
+            # A symbolic link may point anywhere (a restricted folder, the keys file): its
+            # target's access is not what the folder it sits in says, so it is not indexed.
+            # (os.walk does not descend into linked folders either.)
+            if name.startswith(".") or kind is None or path.is_symlink() or not path.is_file():
                 continue
             rel = path.relative_to(root).as_posix()
             found.append(SourceFile(rel, path, kind, resolver.label(rel)))
     return found
 
 
-def _sha256(path: Path) -> tuple[str, int]:
-    h = hashlib.sha256()
-    size = 0
-    with path.open("rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-            size += len(block)
-    return h.hexdigest(), size
+def _read(path: Path) -> bytes:
+    """The file's bytes, refusing (OSError) a path that became a symbolic link since the
+    scan: the bytes hashed and the bytes indexed are the same read."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
 
 
 ProgressFactory = Callable[[int], Progress | None]
@@ -156,7 +157,12 @@ def _update(
     todo: list[_Pending] = []
     relabel: list[tuple[int, Label]] = []
     for f in files:
-        sha, size = _sha256(f.path)
+        try:
+            raw = _read(f.path)
+        except OSError as exc:
+            report.skipped.append((f.rel, str(exc)))
+            continue
+        sha, size = hashlib.sha256(raw).hexdigest(), len(raw)
         old = existing.get(f.rel)
         if old is not None and old.sha256 == sha:
             report.unchanged += 1
@@ -165,7 +171,7 @@ def _update(
                 report.relabelled.append(f.rel)
             continue
         try:
-            passages = chunk(extract_file(f.path, f.kind))
+            passages = chunk(extract_file(f.path, f.kind, raw))
         except (NotExtractable, OSError) as exc:
             report.skipped.append((f.rel, str(exc)))
             continue

@@ -178,6 +178,13 @@ class Index:
     ) -> tuple[list[int], list[int]]:
         """(vector ranking, keyword ranking): the best `depth` rows the reader may read, by
         cosine similarity to `qvec` (empty without one) and by BM25 for `query`."""
+        _, by_vector, by_keyword = self._rank(query, qvec, reader, depth)
+        return by_vector, by_keyword
+
+    def _rank(
+        self, query: str, qvec: np.ndarray | None, reader: Reader, depth: int
+    ) -> tuple[_Snapshot, list[int], list[int]]:
+        """`rankings`, with the snapshot whose rows they number."""
         with self._lock:
             self._refresh()
             snap = self._snap
@@ -191,23 +198,42 @@ class Index:
                 scores, rows = vector_scores(snap.vectors, np.asarray(qvec, dtype=np.float32), mask)
                 by_vector = top_rows(scores, rows, depth)
             bm25, matched = bm25_scores(self._occurrences(snap, query), snap.lengths, mask)
-            return by_vector, top_rows(bm25, matched, depth)
+            return snap, by_vector, top_rows(bm25, matched, depth)
 
     def search(
         self, query: str, qvec: np.ndarray | None, reader: Reader, *, limit: int, depth: int
     ) -> list[Hit]:
         """The best `limit` passages `reader` may read, fused from the vector and keyword
         rankings (`depth` deep each) by reciprocal rank fusion; `score` is the fused score."""
-        by_vector, by_keyword = self.rankings(query, qvec, reader, depth)
+        snap, by_vector, by_keyword = self._rank(query, qvec, reader, depth)
         fused = rrf([by_vector, by_keyword])[:limit]
-        return self.hits([row for row, _ in fused], [score for _, score in fused])
+        # Another search may reload the snapshot between ranking and reading: the rows are
+        # read in the snapshot they were ranked in, and access is checked again there.
+        return self.hits([row for row, _ in fused], [score for _, score in fused], snap=snap, reader=reader)
 
-    def hits(self, rows: list[int], scores: list[float]) -> list[Hit]:
-        """The passages at snapshot `rows` with their `scores`, in that order (a passage that a
-        build has since removed is left out)."""
+    def hits(
+        self,
+        rows: list[int],
+        scores: list[float],
+        *,
+        snap: _Snapshot | None = None,
+        reader: Reader | None = None,
+    ) -> list[Hit]:
+        """The passages at `rows` of `snap` (default: the current snapshot) with their
+        `scores`, in that order. A passage that a build has since removed or moved to another
+        document is left out, and so, given a `reader`, is one whose document it may not read
+        by the snapshot's labels or the index's labels now."""
         with self._lock:
-            snap = self._snap
+            snap = snap or self._snap
             want = {int(snap.ids[r]): (int(snap.doc_of[r]), i) for i, r in enumerate(rows)}
+            if reader is not None:
+                now = {doc.id: doc.label for doc in self._store.documents().values()}
+                want = {
+                    pid: (doc, i)
+                    for pid, (doc, i) in want.items()
+                    if doc in snap.labels and doc in now and reader.may_read(snap.labels[doc])
+                    and reader.may_read(now[doc])
+                }  # fmt: skip
             found: dict[int, Hit] = {}
             for lo in range(0, len(rows), 500):
                 ids = list(want)[lo : lo + 500]
