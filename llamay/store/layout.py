@@ -25,6 +25,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from llamay.errors import StoreError
 from llamay.store.manifest import Manifest
 from llamay.store.names import DEFAULT_NAMESPACE, ModelName
 
@@ -206,6 +207,12 @@ class Layout:
         and return the first part's path there (what llama.cpp loads, finding the rest beside
         it). Hard links (same file system as blobs/), symbolic links where those fail."""
         folder = self.split_dir(manifest)
+        for part in manifest.parts:
+            # A part's name comes from its source: never let one reach outside its folder.
+            if Path(part.filename).name != part.filename or part.filename in ("", ".", ".."):
+                raise StoreError(
+                    f"manifest {manifest.name}: part name {part.filename!r} is not a plain file name"
+                )
         folder.mkdir(parents=True, exist_ok=True)
         for part in manifest.parts:
             link, blob = folder / part.filename, self.blob(part.digest)

@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import ssl
 import time
 from collections.abc import Callable, Mapping
@@ -30,6 +31,10 @@ __all__ = ["describe", "download", "make_client"]
 # any corporate CA installed there), which httpx's bundled certifi list would not include.
 _SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+# A download whose size nobody announced (no Content-Length, no size from the source) stops
+# here, or where the disk would keep less than DISK_RESERVE free, whichever comes first.
+MAX_UNSIZED = int(os.environ.get("LLAMAY_MAX_DOWNLOAD", str(256 * 2**30)))
+DISK_RESERVE = 1 * 2**30
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
 
@@ -181,12 +186,20 @@ def _attempt(
             if expected_size is not None and total is not None and total != expected_size:
                 raise StoreError(f"{host} serves {label} with {total} bytes, expected {expected_size}")
             limit = total if total is not None else expected_size
+            unsized = limit is None
+            if limit is None:
+                limit = min(MAX_UNSIZED, offset + max(0, _free_bytes(partial) - DISK_RESERVE))
             tag = response.headers.get("etag")
             meta = {"url": url, "etag": tag, "size": total}
             _sidecar(partial).write_text(json.dumps(meta), encoding="utf-8")
             with open(partial, "ab" if offset else "wb") as out:
                 for block in response.iter_raw():  # as received: a drop loses nothing
-                    if limit is not None and offset + received + len(block) > limit:
+                    if offset + received + len(block) > limit:
+                        if unsized:
+                            raise StoreError(
+                                f"{host} sent {label} without a size, and more than the {limit} bytes "
+                                "this store takes that way (LLAMAY_MAX_DOWNLOAD, free disk space)"
+                            )
                         raise StoreError(f"{host} sent more than the {limit} bytes of {label}")
                     out.write(block)
                     received += len(block)
@@ -195,6 +208,13 @@ def _attempt(
                 os.fsync(out.fileno())
     except httpx.HTTPError as exc:
         raise _Retry(f"downloading {label}: {describe(exc, url)}") from exc
+
+
+def _free_bytes(partial: Path) -> int:
+    try:
+        return shutil.disk_usage(partial.parent).free
+    except OSError:
+        return MAX_UNSIZED
 
 
 def _total(response: httpx.Response, offset: int) -> int | None:

@@ -32,6 +32,23 @@ def etag_sha256(value: str | None) -> str | None:
     return tag if _HEX64.fullmatch(tag) else None
 
 
+def plain_filename(name: str, spec: str) -> str:
+    """`name` if it is a plain file name; InvalidRequest for one that unquoting made into a
+    path ("..%2Fx.gguf"), a hidden or control-character name: parts of a split set are
+    stored under their names, so one must never reach outside the store."""
+    if (
+        name in (".", "..")
+        or name.startswith(".")
+        or any(c in name for c in "/\\")
+        or any(ord(c) < 32 for c in name)
+        or len(name) > 255
+    ):
+        raise InvalidRequest(
+            f"bad source {spec[:300]!r}: the file name {name[:100]!r} is not a plain file name"
+        )
+    return name
+
+
 class UrlSource:
     """The `http:` and `https:` schemes (see the module docstring)."""
 
@@ -49,7 +66,7 @@ class UrlSource:
         parts = urlsplit(url)
         if not parts.netloc:
             raise InvalidRequest(f"bad source {spec!r}: not a URL")
-        filename = unquote(posixpath.basename(parts.path)) or "model.gguf"
+        filename = plain_filename(unquote(posixpath.basename(parts.path)) or "model.gguf", spec)
         split = split_set(filename)
         plans: tuple[PartPlan, ...]
         if split is None:
