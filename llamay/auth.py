@@ -37,11 +37,13 @@ CURRENT_NAMESPACE: ContextVar[str] = ContextVar("llamay_namespace", default="")
 class Limits:
     """What one principal may hold at once: server-held contexts (forks included), bytes of
     KV they keep (resident or spilled to disk; forks share their parent's), and requests in
-    flight. Past one, a request is refused with 429 and Retry-After."""
+    flight. Past one, a request is refused with 429 and Retry-After. Also how many forks
+    one call may make."""
 
     contexts: int = 1000
     context_bytes: int = 8 * 1024**3
     concurrent_requests: int = 32
+    forks_per_call: int = 64  # beyond it a fork call is a 400 (no retry would help)
 
     @classmethod
     def parse(cls, value: object, base: Limits) -> Limits:

@@ -17,7 +17,8 @@ from .restore import restore_context, snapshot_key
 
 __all__ = ["context_routes", "contexts_of", "owner_check", "enforce_quota"]
 
-MAX_FORKS = 64
+# Forks per call without limits (the single user, admins by default); a key's limits say less.
+MAX_FORKS = 10_000
 
 
 def contexts_of(request: Request) -> ContextService:
@@ -93,8 +94,10 @@ async def fork_context(request: Request) -> Response:
     cid = request.path_params["cid"]
     service = contexts_of(request)
     await service.find(cid, owner_check(request))  # an unknown or foreign id first: 404 / 403
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_FORKS:
-        raise InvalidRequest(f"'n' must be an integer from 1 to {MAX_FORKS}", param="n")
+    limits = principal_of(request).limits
+    most = min(MAX_FORKS, limits.forks_per_call) if limits is not None else MAX_FORKS
+    if not raw.isdigit() or not 1 <= int(raw) <= most:
+        raise InvalidRequest(f"'n' must be an integer from 1 to {most}", param="n")
     await enforce_quota(request, contexts=int(raw))
     _, forks = await service.fork(cid, int(raw), owner_check(request))
     return json_response({"object": "list", "data": [{"id": r.id, "object": "context"} for r in forks]})

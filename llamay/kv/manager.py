@@ -321,17 +321,28 @@ class KvManager:
         return layout.bytes_per_cell() if layout is not None else 0
 
     def _own_layout(self) -> Layout | None:
+        """The layout of this cache's states, learned once from one position of its
+        smallest entry (shared into a free id for a moment: no copy of a long state), else
+        from a stashed state; None while the cache holds neither."""
         if self._layout is None:
-            sample = next((self.ops.seq_state(e.seq) for e in self.pool.entries.values() if e.tokens), None)
-            if sample is None:
-                sample = next((i.state for i in self.pool.stash.items.values()), None)
+            src = min(
+                (e for e in self.pool.entries.values() if e.tokens), key=lambda e: len(e.tokens), default=None
+            )
+            sample = None
+            if src is not None and self.pool.free:
+                tmp = self.pool.free[-1]  # borrowed, not taken: engine-thread only
+                self.ops.seq_cp(src.seq, tmp, 0, 1)
+                try:
+                    sample = self.ops.seq_state(tmp)
+                finally:
+                    self.ops.seq_rm(tmp)
+            elif src is not None:
+                sample = self.ops.seq_state(src.seq)
+            elif self.pool.stash.items:
+                sample = min(self.pool.stash.items.values(), key=lambda i: len(i.state)).state
             if sample is not None:
                 self._layout = parse_state(sample, self.ops.n_ctx)[1]
         return self._layout
-
-    def check(self) -> None:
-        """Assert the bookkeeping invariants (see Contexts.check)."""
-        self.contexts.check()
 
 
 def _size(path: str) -> int:
