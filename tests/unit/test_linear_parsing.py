@@ -36,6 +36,8 @@ CLASSES = {
     "digit-dash": "1-",
     "digit-slash": "1/",
     "at": "a@",
+    "atom-bang": "a!",
+    "atom-quote": "a'",
     "hex-colon": "a:",
     "open-action": "{{",
     "dash-action": "{{- ",
@@ -160,13 +162,15 @@ def scanned_chars() -> Iterator[list[int]]:
             setattr(module, attr, value)
 
 
+@pytest.mark.parametrize("tail", ["x", "@"])
 @pytest.mark.parametrize("cls", list(CLASSES))
-def test_redaction_detectors_scan_linearly(cls: str) -> None:
+def test_redaction_detectors_scan_linearly(cls: str, tail: str) -> None:
+    """`tail` "@" makes the whole run one e-mail window (an "@" at its end)."""
     unit = CLASSES[cls]
     for name, detector in DETECTORS.items():
 
         def work(n: int, detector: Any = detector) -> int:
-            text = run_of(unit, n)
+            text = run_of(unit, n) + tail
             with scanned_chars() as total:
                 steps = lines_executed(lambda: list(detector.find(text)))
             return steps + total[0]
