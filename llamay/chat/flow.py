@@ -93,8 +93,12 @@ class ChatSetup:
 def prepare_chat(lm: LoadedModel, opts: ChatOptions) -> ChatSetup:
     traits = model_traits(lm)
     tools, finish = _with_finish_tool(opts)
+    if opts.tool_choice.mode == "none":
+        # No calls may be made, so none are parsed either: a reply that looks like one (a
+        # JSON answer, say) is content.
+        tools = []
     fmt = traits.tool_format
-    messages, extra = fmt.prepare(opts.messages, tools if opts.tool_choice.mode != "none" else [])
+    messages, extra = fmt.prepare(opts.messages, tools)
     kwargs = {**opts.template_kwargs, **extra}
     if not opts.thinking:
         kwargs.setdefault("enable_thinking", False)

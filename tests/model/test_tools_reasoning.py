@@ -182,6 +182,18 @@ def test_follow_up_turn_renders_and_answers(server: ServerProc) -> None:
     assert r.usage.prompt_tokens > 40
 
 
+def test_tool_choice_none_answers_in_content_even_json(server: ServerProc) -> None:
+    # With calls ruled out, a JSON answer that looks like a call is the answer, not a call.
+    for seed in range(3):
+        r = client_for(server).chat.completions.create(
+            model="", messages=ASK, tools=[WEATHER], tool_choice="none", seed=seed,
+            response_format={"type": "json_object"}, max_tokens=40,
+        )  # fmt: skip
+        msg = r.choices[0].message
+        assert not msg.tool_calls
+        assert msg.content and msg.content.lstrip().startswith("{")
+
+
 def test_tool_errors_name_the_field(server: ServerProc) -> None:
     c = client_for(server)
     with pytest.raises(openai.BadRequestError) as e:
