@@ -93,6 +93,10 @@ def bound(case: Any, keep_model: bool) -> None:
                 body[key] = CAP
         if not given:
             body["max_tokens"] = CAP
+    if path == "/v1/responses":
+        n = body.get("max_output_tokens")
+        if n is None or (_whole(n) and n > CAP):
+            body["max_output_tokens"] = CAP
     options = {} if body.get("options") is None else body["options"]
     if path in ("/api/chat", "/api/generate") and isinstance(options, dict):
         n = options.get("num_predict")
