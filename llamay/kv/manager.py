@@ -344,6 +344,10 @@ class KvManager:
                 self._layout = parse_state(sample, self.ops.n_ctx)[1]
         return self._layout
 
+    def check(self) -> None:
+        """Assert the bookkeeping invariants (see Contexts.check)."""
+        self.contexts.check()
+
 
 def _size(path: str) -> int:
     try:
