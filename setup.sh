@@ -51,7 +51,7 @@ if [ "$(cat .venv/.llama-cpp-build 2>/dev/null)" != "$BUILD_KEY" ] || ! "$VPY" -
 fi
 
 if [ "$mode" = test ]; then
-  "$VPY" -m pip install -q -e '.[test]'
+  "$VPY" -m pip install -q -e '.[test,fleet]'
 else
   "$VPY" -m pip install -q -e .
 fi

@@ -1,0 +1,171 @@
+"""`llamay fleet`: llamay replicas on Ray Serve (`pip install 'llamay[fleet]'`).
+
+`fleet up` starts a local Ray cluster (or joins the one in RAY_ADDRESS), deploys the replicas
+and the ingress, and stays in the foreground owning them; `status`, `scale` and `down` talk to
+the ingress over HTTP (/v1/fleet, admin) like `llamay ctx` does."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .common import fail, flag
+
+__all__ = ["add_parser", "serve_argv"]
+
+DEFAULT_URL = "http://localhost:11435"
+# serve flags the fleet sets itself, or that mean something else for a fleet
+_OWN = {"model", "addr", "keys", "help", "log_level"}
+
+
+def _serve_actions() -> list[argparse.Action]:
+    from . import serve
+
+    scratch = argparse.ArgumentParser(add_help=False)
+    serve.add_parser(scratch.add_subparsers())
+    sub = next(a for a in scratch._actions if isinstance(a, argparse._SubParsersAction))
+    return [a for a in sub.choices["serve"]._actions if a.dest not in _OWN]
+
+
+def serve_argv(args: argparse.Namespace) -> tuple[str, ...]:
+    """The serve flags given to `fleet up`, as argv for each replica's `serve` parser."""
+    out: list[str] = []
+    for action in _serve_actions():
+        value = getattr(args, action.dest, action.default)
+        if value != action.default and value is not None:
+            out += [action.option_strings[-1], str(value)]
+    return tuple(out)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "fleet",
+        help="run llamay replicas on Ray Serve",
+        allow_abbrev=False,
+        description="A fleet of llamay replicas on Ray Serve, routed by context, prefix and model.",
+    )
+    verbs = p.add_subparsers(dest="fleet_verb", metavar="VERB", required=True)
+    up = verbs.add_parser("up", help="start the fleet (stays in the foreground)", allow_abbrev=False)
+    flag(up, "replicas", type=int, default=2, help="replicas to start (default 2)")
+    flag(up, "model", "-m", default=None, help="model name or .gguf path (default: smollm2:135m)")
+    flag(up, "addr", default="localhost:11435", help="HOST:PORT of the fleet's HTTP endpoint")
+    flag(up, "keys", type=Path, default=None, help="API keys file, used by every replica (and /v1/fleet)")
+    flag(up, "state", type=Path, default=None,
+         help="directory for replica homes and context checkpoints (shared storage across nodes); "
+              "with it, a dead replica's contexts are restored on another")  # fmt: skip
+    flag(up, "cpus-per-replica", dest="cpus_per_replica", type=float, default=1.0,
+         help="Ray CPUs each replica reserves (default 1)")  # fmt: skip
+    flag(up, "min-replicas", dest="min_replicas", type=int, default=None, help="autoscaling: fewest replicas")
+    flag(up, "max-replicas", dest="max_replicas", type=int, default=None,
+         help="autoscaling: most replicas (setting it turns autoscaling on)")  # fmt: skip
+    flag(up, "target-ongoing", dest="target_ongoing", type=float, default=None,
+         help="autoscaling: requests per replica to aim for (default 4)")  # fmt: skip
+    flag(up, "router", default="llamay", choices=["llamay", "ray"],
+         help="llamay (context, prefix and model affinity) or ray (Ray Serve's default)")  # fmt: skip
+    flag(up, "ray-cpus", dest="ray_cpus", type=int, default=None, help="CPUs of a local Ray cluster")
+    flag(up, "log-level", dest="log_level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    for action in _serve_actions():  # every other serve flag, passed on to each replica
+        up._add_action(action)
+    up.set_defaults(func=run_up)
+
+    def remote(name: str, help_: str) -> argparse.ArgumentParser:
+        v: argparse.ArgumentParser = verbs.add_parser(name, help=help_, allow_abbrev=False, description=help_)
+        flag(v, "url", default=os.environ.get("LLAMAY_URL", DEFAULT_URL), help=f"fleet URL (default {DEFAULT_URL})")
+        flag(v, "key", default=os.environ.get("LLAMAY_API_KEY"), help="admin API key (default: $LLAMAY_API_KEY)")
+        return v
+
+    remote("status", "replicas: node, model, running/queued, KV use, cached cells, contexts").set_defaults(
+        func=run_status
+    )
+    v = remote("scale", "set the number of replicas (scaling down moves contexts first)")
+    v.add_argument("replicas", type=int)
+    v.set_defaults(func=run_scale)
+    remote("down", "stop the fleet (the `fleet up` process exits)").set_defaults(func=run_down)
+
+
+def _client(args: argparse.Namespace) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {args.key}"} if args.key else {}
+    return httpx.Client(base_url=args.url.rstrip("/"), headers=headers, timeout=120)
+
+
+def _check(r: httpx.Response) -> dict[str, Any]:
+    if r.status_code >= 400:
+        raise RuntimeError(f"{r.request.method} {r.request.url.path}: {r.status_code} {r.text}")
+    out: dict[str, Any] = r.json()
+    return out
+
+
+def run_status(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        data = _check(c.get("/v1/fleet"))
+    print(f"{'REPLICA':<10} {'NODE':<10} {'MODEL':<18} {'RUN':>4} {'QUEUE':>5} {'KV':>7} {'CACHED':>7} {'CTXS':>5}")
+    for r in data["replicas"]:
+        if "error" in r:
+            print(f"{r['replica']:<10} unreachable: {r['error']}")
+            continue
+        for m in r["models"] or [{"name": "-", "running": 0, "queued": 0, "kv_cells": 0, "cache_cells": 0}]:
+            print(f"{r['replica']:<10} {r['node'][:8]:<10} {m['name']:<18} {m['running']:>4} {m['queued']:>5} "
+                  f"{m['kv_cells']:>7} {m['cache_cells']:>7} {r['contexts']:>5}")  # fmt: skip
+    return 0
+
+
+def run_scale(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        _check(c.post("/v1/fleet/scale", json={"replicas": args.replicas}))
+    print(f"scaling to {args.replicas} replicas", file=sys.stderr)
+    return 0
+
+
+def run_down(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        _check(c.post("/v1/fleet/down"))
+    return 0
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from .common import resolve_model
+    from .logs import setup_logging
+    from .serve import parse_addr
+
+    setup_logging(args.log_level)
+    try:
+        from ..fleet.app import run_fleet, start_ray
+        from ..fleet.spec import FleetSpec
+    except ImportError as exc:
+        return fail(RuntimeError(f"the fleet needs Ray Serve: pip install 'llamay[fleet]' ({exc})"))
+    try:
+        host, port = parse_addr(args.addr)
+        if args.replicas < 1:
+            raise ValueError("-replicas must be at least 1")
+        name, path, sha = resolve_model(args.model)
+        if args.state:
+            args.state.mkdir(parents=True, exist_ok=True)
+        spec = FleetSpec(
+            model=(name, str(path.resolve()), sha),
+            serve_argv=serve_argv(args),
+            host=host,
+            port=port,
+            replicas=args.replicas,
+            cpus_per_replica=args.cpus_per_replica,
+            keys=str(args.keys.resolve()) if args.keys else None,
+            state_dir=str(args.state.resolve()) if args.state else None,
+            router=args.router,
+            min_replicas=args.min_replicas,
+            max_replicas=args.max_replicas,
+            target_ongoing=args.target_ongoing,
+        )
+    except Exception as exc:
+        return fail(exc)
+    env = {k: os.environ[k] for k in ("LLAMAY_API_KEY", "LLAMAY_HOME") if k in os.environ}
+    start_ray(num_cpus=args.ray_cpus, env=env)
+
+    def ready() -> None:
+        print(f"llamay fleet: {args.replicas} replicas of {name} at http://{host}:{port} "
+              f"(router: {args.router}); `llamay fleet down` or Ctrl-C stops it", file=sys.stderr, flush=True)  # fmt: skip
+
+    return run_fleet(spec, on_ready=ready)

@@ -1,0 +1,66 @@
+"""Context checkpoints under the fleet's state directory.
+
+Layout: `<state>/checkpoints/<replica id>/<context id>.llamayctx` (the snapshot format of
+`llamay ctx snapshot`) plus `alive`, a heartbeat file the replica touches on every pass. A
+folder whose heartbeat is older than `stale_after` and whose replica is not live belongs to a
+replica that died: its contexts are restored elsewhere, then the folder is removed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+__all__ = ["Checkpoints", "orphans"]
+
+SUFFIX = ".llamayctx"
+
+
+class Checkpoints:
+    """One replica's checkpoint folder. Writes are atomic (temp file + rename), so a crash
+    mid-write leaves the previous checkpoint of that context."""
+
+    def __init__(self, root: Path, replica: str) -> None:
+        self.folder = root / replica
+        self.heartbeat()  # before any sweep could take a new, empty folder for a dead one's
+
+    def heartbeat(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / "alive").write_text(str(time.time()))
+
+    def write(self, cid: str, data: bytes) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".{cid}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, self.folder / f"{cid}{SUFFIX}")
+
+    def remove(self, cid: str) -> None:
+        (self.folder / f"{cid}{SUFFIX}").unlink(missing_ok=True)
+
+    def drop(self) -> None:
+        """Forget every checkpoint of this replica (its contexts were moved)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def last_beat(folder: Path) -> float:
+    try:
+        return (folder / "alive").stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def orphans(root: Path, live: set[str], stale_after: float, now: float | None = None) -> list[Path]:
+    """Checkpoint folders of replicas that are not live and have been silent `stale_after`."""
+    if not root.is_dir():
+        return []
+    now = time.time() if now is None else now
+    return [
+        d for d in sorted(root.iterdir())
+        if d.is_dir() and d.name not in live and now - last_beat(d) > stale_after
+    ]  # fmt: skip
+
+
+def saved(folder: Path) -> list[tuple[str, Path]]:
+    """(context id, file) of each checkpoint in a replica's folder."""
+    return [(f.name[: -len(SUFFIX)], f) for f in sorted(folder.glob(f"*{SUFFIX}"))]

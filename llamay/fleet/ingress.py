@@ -1,0 +1,277 @@
+"""The fleet's ingress deployment: every HTTP request goes through here to one replica.
+
+It reads only what routing needs (`hints.read_hint`), forwards method, path, headers and body
+unchanged (except a moved context's id, rewritten to the id its new replica knows), and
+streams the replica's response back chunk by chunk. Auth is the replicas' own, on every
+request; the ingress checks keys only for /v1/fleet, which no replica serves."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ..auth import KeyRing, bearer_token
+from ..errors import LlamayError
+from .asgi import Forwarded, Head
+from .hints import RouteHint, read_hint, rewrite_context
+from .recovery import Recovery
+from .routing import knowledge
+from .spec import REPLICA_HEADER, FleetSpec
+
+__all__ = ["LlamayIngress", "error_response"]
+
+log = logging.getLogger("llamay.fleet")
+HOP = {b"host", b"content-length", b"transfer-encoding", b"connection", b"keep-alive"}
+CREATES = ("/v1/contexts", "/v1/contexts/restore")
+RETRY_AFTER = "1"
+
+
+def error_response(path: str, status: int, message: str, retry_after: str | None = RETRY_AFTER) -> Response:
+    """An error in the shape of the API the path belongs to."""
+    body: dict[str, Any]
+    if path.startswith("/v1/messages"):
+        body = {"type": "error", "error": {"type": "overloaded_error", "message": message}}
+    elif path.startswith("/api/"):
+        body = {"error": message}
+    else:
+        body = {"error": {"message": message, "type": "server_error", "code": "unavailable"}}
+    headers = {"Retry-After": retry_after} if retry_after else {}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def stream_error(content_type: str, message: str) -> bytes:
+    """The error event a stream ends with when its replica fails mid-way."""
+    if content_type.startswith("text/event-stream"):
+        err = {"error": {"message": message, "type": "server_error", "code": "replica_failed"}}
+        return f"event: error\ndata: {json.dumps(err)}\n\n".encode()
+    if "ndjson" in content_type:
+        return (json.dumps({"error": message}) + "\n").encode()
+    return b""
+
+
+class LlamayIngress:
+    def __init__(self, replicas: Any, spec: FleetSpec) -> None:
+        self.replicas = replicas
+        self.spec = spec
+        self.know = knowledge(spec.app_name)
+        self.keys = KeyRing.load(Path(spec.keys) if spec.keys else None)
+        self.control: dict[str, Any] = {}
+        self.recovery = Recovery(spec, self.know, replicas) if spec.state_dir else None
+        self._bg: asyncio.Task[None] | None = None
+
+    async def live(self) -> list[Any]:
+        """The live replicas. Ray builds our router (which learns them) on the first call
+        through the handle, so until then one plain call is made to bring it up."""
+        views = self.know.live()
+        for _ in range(20):
+            if views:
+                break
+            try:
+                await asyncio.wait_for(self.replicas.status.remote(RouteHint()), 30)
+            except Exception:
+                await asyncio.sleep(0.25)
+            views = self.know.live()
+        return views
+
+    def _ensure_background(self) -> None:
+        if self.recovery is not None and self._bg is None:
+            self._bg = asyncio.create_task(self.recovery.run())
+
+    # -- forwarding ----------------------------------------------------------------------
+    async def __call__(self, request: Request) -> Response:
+        self._ensure_background()
+        path = request.url.path
+        if path == "/v1/fleet" or path.startswith("/v1/fleet/"):
+            return await self.fleet_route(request)
+        body = await request.body()
+        hint = read_hint(request.method, path, dict(request.query_params), body)
+        if request.method == "GET" and path == "/v1/contexts":
+            return await self.list_contexts(request)
+        if hint.context is not None:
+            found = await self.locate(hint.context, request)
+            if found is None and self.recovery is not None and self.know.holder_lost(hint.context):
+                return error_response(path, 503, f"context '{hint.context}' is being restored; retry shortly", "2")
+            if found is not None:
+                local = found[1]
+                if local != hint.context:
+                    path, body = rewrite_context(path, body, hint, local)
+        fwd = Forwarded(
+            request.method,
+            path,
+            request.url.query.encode(),
+            [(k, v) for k, v in request.headers.raw if k.lower() not in HOP],
+            body,
+            (request.client.host, request.client.port) if request.client else None,
+        )
+        return await self.forward(hint, fwd, original=request.url.path)
+
+    async def forward(self, hint: RouteHint, fwd: Forwarded, original: str) -> Response:
+        gen = self.replicas.options(stream=True).handle.remote(hint, fwd)
+        try:
+            head = await gen.__anext__()
+        except Exception as exc:  # the replica died or went away before answering
+            log.warning("forwarding failed before a response", extra={"error": repr(exc)})
+            return error_response(original, 503, "the replica serving this request went away; retry")
+        assert isinstance(head, Head)
+        replica = dict(head.headers).get(REPLICA_HEADER.encode(), b"").decode()
+        ctype = dict(head.headers).get(b"content-type", b"").decode()
+        if fwd.method in ("POST", "DELETE") and fwd.path.startswith("/v1/contexts"):
+            return await self._context_reply(hint, fwd, head, gen, replica)
+
+        async def rest() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in gen:
+                    yield chunk
+            except Exception as exc:
+                log.warning("replica failed mid-response", extra={"error": repr(exc), "replica": replica})
+                yield stream_error(ctype, "the replica serving this stream failed; retry the request")
+            finally:
+                gen.cancel()
+
+        resp = StreamingResponse(rest(), status_code=head.status)
+        resp.raw_headers = [(k, v) for k, v in head.headers if k.lower() not in HOP]
+        return resp
+
+    async def _context_reply(
+        self, hint: RouteHint, fwd: Forwarded, head: Head, gen: Any, replica: str
+    ) -> Response:
+        """Context create / fork / restore / delete replies are small JSON: read whole, learn
+        which replica now holds which id, pass on unchanged."""
+        try:
+            data = b"".join([c async for c in gen])
+        except Exception:
+            return error_response(fwd.path, 503, "the replica went away while answering; retry")
+        if head.status == 200:
+            try:
+                got = json.loads(data)
+            except ValueError:
+                got = {}
+            if fwd.method == "DELETE" and hint.context:
+                self.know.forget(hint.context)
+            elif fwd.path in CREATES and isinstance(got.get("id"), str):
+                self.know.learn(got["id"], replica)
+            elif fwd.path.endswith("/fork"):
+                for item in got.get("data") or []:
+                    self.know.learn(item["id"], replica)
+        resp = Response(data, status_code=head.status)
+        resp.raw_headers = [(k, v) for k, v in head.headers if k.lower() not in HOP]
+        return resp
+
+    async def locate(self, fid: str, request: Request) -> tuple[str, str] | None:
+        """The holder of context `fid`: known, reported by a replica, or found by asking
+        each replica with the caller's own credentials (a 404 everywhere: None)."""
+        found = self.know.holder(fid, self.know.live())
+        if found is not None:
+            return found
+        for view in await self.live():
+            fwd = Forwarded("GET", f"/v1/contexts/{fid}", b"",
+                            [(k, v) for k, v in request.headers.raw if k.lower() not in HOP])  # fmt: skip
+            status, _ = await self.pinned(view.uid, fwd)
+            if status in (200, 403):
+                self.know.learn(fid, view.uid)
+                return view.uid, fid
+        return None
+
+    async def pinned(self, uid: str, fwd: Forwarded, timeout: float = 30.0) -> tuple[int, bytes]:
+        """One request answered by replica `uid` (status 503 if it cannot be reached)."""
+
+        async def go() -> tuple[int, bytes]:
+            gen = self.replicas.options(stream=True).handle.remote(RouteHint(pin=uid), fwd)
+            head = await gen.__anext__()
+            return head.status, b"".join([c async for c in gen])
+
+        try:
+            return await asyncio.wait_for(go(), timeout)
+        except Exception:
+            return 503, b""
+
+    async def list_contexts(self, request: Request) -> Response:
+        """GET /v1/contexts across the fleet: each replica's list (under the caller's own
+        credentials), with moved contexts shown under their fleet-wide ids."""
+        headers = [(k, v) for k, v in request.headers.raw if k.lower() not in HOP]
+        rows: list[dict[str, Any]] = []
+        for view in await self.live():
+            status, data = await self.pinned(view.uid, Forwarded("GET", "/v1/contexts", b"", headers))
+            if status != 200:
+                return Response(data, status_code=status, media_type="application/json")
+            for row in json.loads(data).get("data", []):
+                row["id"] = self.know.fleet_id(view.uid, row["id"])
+                row["replica"] = view.uid
+                rows.append(row)
+        return JSONResponse({"object": "list", "data": rows})
+
+    # -- /v1/fleet (admin) ---------------------------------------------------------------
+    async def fleet_route(self, request: Request) -> Response:
+        try:
+            token = bearer_token(request.headers.get("authorization"), request.headers.get("x-api-key"))
+            principal = self.keys.authenticate(token)
+        except LlamayError as exc:
+            return JSONResponse({"error": {"message": exc.message, "type": "authentication_error"}}, 401)
+        if not principal.admin:
+            return JSONResponse({"error": {"message": "/v1/fleet is for admins", "type": "permission_error"}}, 403)
+        if request.method == "GET" and request.url.path == "/v1/fleet":
+            return JSONResponse(await self.status())
+        if request.method == "POST" and request.url.path == "/v1/fleet/scale":
+            n = (await request.json()).get("replicas")
+            if not isinstance(n, int) or n < 1:
+                return JSONResponse({"error": {"message": "'replicas' must be an integer >= 1"}}, 400)
+            self.control = {"replicas": n}
+            return JSONResponse({"object": "fleet.scale", "replicas": n})
+        if request.method == "POST" and request.url.path == "/v1/fleet/down":
+            self.control = {"down": True}
+            return JSONResponse({"object": "fleet.down"})
+        return JSONResponse({"error": {"message": "not found"}}, 404)
+
+    async def status(self) -> dict[str, Any]:
+        rows = []
+        for view in await self.live():
+            try:
+                rows.append(await asyncio.wait_for(
+                    self.replicas.status.remote(RouteHint(pin=view.uid)), 30))  # fmt: skip
+            except Exception as exc:
+                rows.append({"replica": view.uid, "error": repr(exc)})
+        return {
+            "object": "fleet",
+            "app": self.spec.app_name,
+            "router": self.spec.router,
+            "replicas": rows,
+            "routed": self.know.sent,
+            "state_dir": self.spec.state_dir,
+        }
+
+    async def prepare_down(self) -> None:
+        """Before the fleet goes down: replicas keep their contexts instead of moving them."""
+        for view in self.know.live():
+            try:
+                await asyncio.wait_for(self.replicas.no_drain.remote(RouteHint(pin=view.uid)), 10)
+            except Exception:
+                log.warning("a replica did not answer before going down", extra={"replica": view.uid})
+
+    async def take_control(self) -> dict[str, Any]:
+        """What `fleet scale` / `fleet down` asked for since the last call (read by the
+        process that ran `fleet up`, which owns the deployment)."""
+        out, self.control = self.control, {}
+        return out
+
+    async def take_contexts(self, source: str, items: list[tuple[str, bytes]]) -> int:
+        """Restore a draining replica's contexts on the others; how many moved."""
+        moved = 0
+        for local, data in items:
+            fid = self.know.fleet_id(source, local)
+            try:
+                uid, new = await self.replicas.import_context.remote(RouteHint(), data)
+            except Exception:
+                log.exception("moving a context failed", extra={"context": fid})
+                continue
+            self.know.learn(fid, uid, new)
+            moved += 1
+        if self.recovery is not None:
+            self.recovery.save_aliases()
+        return moved

@@ -1,0 +1,94 @@
+"""Bringing back the contexts of replicas that died, from their checkpoints.
+
+Runs in the ingress when the fleet has a state directory. Every `checkpoint_every` seconds it
+looks for checkpoint folders of replicas that are not live and silent for `stale_after`
+(`checkpoint.orphans`), restores each context on a live replica, records where it went under
+its fleet-wide id, and removes the folder. Aliases (fleet id -> replica, local id) are kept in
+`<state>/aliases.json`, so a new ingress on the same directory still resolves moved ids."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import orphans, saved
+from .hints import RouteHint
+from .routing import FleetKnowledge
+from .spec import FleetSpec
+
+__all__ = ["Recovery"]
+
+log = logging.getLogger("llamay.fleet")
+
+
+class Recovery:
+    def __init__(self, spec: FleetSpec, know: FleetKnowledge, replicas: Any) -> None:
+        assert spec.state_dir is not None
+        self.spec = spec
+        self.know = know
+        self.replicas = replicas
+        self.root = Path(spec.state_dir) / "checkpoints"
+        self.aliases = Path(spec.state_dir) / "aliases.json"
+        self.restored = 0
+        self._load_aliases()
+
+    def _load_aliases(self) -> None:
+        try:
+            data = json.loads(self.aliases.read_text())
+        except (OSError, ValueError):
+            return
+        for fid, (uid, local) in data.items():
+            self.know.learn(fid, uid, local)
+
+    def save_aliases(self) -> None:
+        moved = self.know.aliases()
+        tmp = self.aliases.with_suffix(".tmp")
+        tmp.write_text(json.dumps(moved))
+        os.replace(tmp, self.aliases)
+
+    async def run(self) -> None:
+        # The first call through the handle is what makes Ray build our router here, and
+        # with it the live set that tells a dead replica's folder from a live one's.
+        while not self.know.live():
+            with contextlib.suppress(Exception):
+                await self.replicas.status.remote(RouteHint())
+            await asyncio.sleep(0.5)
+        while True:
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("context recovery pass failed")
+            await asyncio.sleep(self.spec.checkpoint_every)
+
+    async def sweep(self) -> int:
+        """One pass; the number of contexts restored."""
+        live = {v.uid for v in self.know.live()}
+        if not live:
+            return 0
+        done = 0
+        for folder in orphans(self.root, live, self.spec.stale_after):
+            failed = False
+            for local, path in saved(folder):
+                fid = self.know.fleet_id(folder.name, local)
+                try:
+                    uid, new = await self.replicas.import_context.remote(RouteHint(), path.read_bytes())
+                except Exception:
+                    log.exception("restoring a checkpointed context failed", extra={"context": fid})
+                    failed = True
+                    continue
+                self.know.learn(fid, uid, new)
+                path.unlink(missing_ok=True)
+                done += 1
+            if not failed:
+                shutil.rmtree(folder, ignore_errors=True)
+            log.info("restored a dead replica's contexts", extra={"replica": folder.name, "contexts": done})
+        if done:
+            self.restored += done
+            self.save_aliases()
+        return done

@@ -1,0 +1,78 @@
+"""Our Ray Serve request router: `routing.rank` over the replicas Ray gives us.
+
+Ray builds the router inside the process that holds the deployment handle (the ingress), so
+the ingress and the router share one `FleetKnowledge` through `routing.knowledge(name)`. Ray
+ships this class by value (cloudpickle), module globals included, so the registry lives in
+`routing` and is reached through the module object, which pickles by reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve.request_router import (
+    FIFOMixin,
+    PendingRequest,
+    ReplicaID,
+    ReplicaResult,
+    RequestRouter,
+    RunningReplica,
+)
+
+# Only modules are imported by name: Ray ships this class by value, and a class or function
+# imported from our modules would travel as a copy (isinstance against the copy fails).
+from . import hints, routing
+
+__all__ = ["LlamayRouter", "hint_of"]
+
+def hint_of(pending: PendingRequest | None) -> hints.RouteHint:
+    if pending is not None and pending.args and isinstance(pending.args[0], hints.RouteHint):
+        return pending.args[0]
+    return hints.RouteHint()
+
+
+class LlamayRouter(FIFOMixin, RequestRouter):
+    """Context holder first, then the longest prefix this router sent (load-bounded), then
+    power-of-two choices; model-aware (see `routing.rank`)."""
+
+    def initialize_state(self, fleet: str = "llamay", bound: int = routing.LOAD_BOUND, **_: Any) -> None:
+        self.know = routing.knowledge(fleet)
+        self.bound = bound
+
+    def _view(self, r: RunningReplica) -> routing.ReplicaView:
+        stats = r.routing_stats or {}
+        load = self._replica_queue_len_cache.get(r.replica_id)
+        if load is None and isinstance(stats.get("load"), int):
+            load = stats["load"]
+        return routing.ReplicaView(
+            uid=r.replica_id.unique_id,
+            load=load,
+            models=frozenset(stats.get("models") or ()),
+            contexts=frozenset(stats.get("contexts") or ()),
+        )
+
+    def views(self) -> list[routing.ReplicaView]:
+        """Every live replica as seen now (the ingress reads these for status and moves)."""
+        return [self._view(r) for r in self._replicas.values()]
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        by_uid = {r.replica_id.unique_id: r for r in candidate_replicas}
+        ranks = routing.rank(hint_of(pending_request), [self._view(r) for r in candidate_replicas], self.know,
+                     self.bound)  # fmt: skip
+        return [[by_uid[u] for u in tier if u in by_uid] for tier in ranks if tier]
+
+    def on_request_routed(
+        self, pending_request: PendingRequest, replica_id: ReplicaID, result: ReplicaResult
+    ) -> None:
+        self.know.record_sent(replica_id.unique_id, hint_of(pending_request))
+
+    def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
+        super().on_replica_actor_died(replica_id)
+        self.know.mark_dead(replica_id.unique_id)
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        super().update_replicas(replicas)
+        self.know.set_live({r.replica_id.unique_id for r in replicas}, self.views())

@@ -1,0 +1,80 @@
+"""The routing policy and request hints without Ray: what the router decides from what."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from llamay.fleet.hints import BLOCK, RouteHint, prefix_hashes, read_hint, rewrite_context
+from llamay.fleet.routing import FleetKnowledge, ReplicaView, rank
+
+SYSTEM = {"role": "system", "content": "tenant rules " * 100}
+
+
+def chat_hint(*messages: dict, model: str = "m", **extra: object) -> RouteHint:
+    body = json.dumps({"model": model, "messages": list(messages), **extra}).encode()
+    return read_hint("POST", "/v1/chat/completions", {}, body)
+
+
+def test_prefix_hashes_share_exactly_the_common_full_blocks() -> None:
+    a = prefix_hashes(b"x" * (BLOCK * 3) + b"tail-a")
+    b = prefix_hashes(b"x" * (BLOCK * 3) + b"tail-b" * 50)
+    assert len(a) == 3 and a == b[:3] and b[3] not in a
+    assert prefix_hashes(b"y" + b"x" * (BLOCK * 3))[0] != a[0]
+
+
+def test_hints_name_the_context_the_model_and_the_prompt() -> None:
+    h = chat_hint(SYSTEM, {"role": "user", "content": "q"}, llamay_session="ctx_1")
+    assert h.context == "ctx_1" and h.model == "m" and h.prefix == ()
+    assert read_hint("GET", "/v1/contexts/ctx_2/snapshot", {}, b"").context == "ctx_2"
+    assert read_hint("POST", "/v1/contexts/restore", {"model": "m2"}, b"\x00bin").context is None
+    assert read_hint("POST", "/v1/contexts/restore", {"model": "m2"}, b"\x00bin").model == "m2"
+    same = chat_hint(SYSTEM, {"role": "user", "content": "other question"})
+    assert chat_hint(SYSTEM, {"role": "user", "content": "q"}).prefix[:5] == same.prefix[:5]
+    assert chat_hint(SYSTEM, model="other").prefix[:1] != same.prefix[:1]
+    assert read_hint("POST", "/v1/chat/completions", {}, b"not json") == RouteHint()
+
+
+def test_rewrite_puts_the_local_id_in_the_path_or_the_body() -> None:
+    h = read_hint("POST", "/v1/contexts/ctx_a/fork", {}, b"")
+    assert rewrite_context("/v1/contexts/ctx_a/fork", b"", h, "ctx_b") == ("/v1/contexts/ctx_b/fork", b"")
+    h = chat_hint(SYSTEM, llamay_session="ctx_a")
+    path, body = rewrite_context("/v1/chat/completions", b"{}", h, "ctx_b")
+    assert path == "/v1/chat/completions" and json.loads(body)["llamay_session"] == "ctx_b"
+    assert json.loads(body)["messages"] == [SYSTEM]
+
+
+def views(*loads: int) -> list[ReplicaView]:
+    return [ReplicaView(f"r{i}", load, frozenset({"m"})) for i, load in enumerate(loads)]
+
+
+def test_a_context_goes_to_its_holder_only_and_a_pin_to_its_replica() -> None:
+    know = FleetKnowledge()
+    know.learn("ctx_1", "r1", "ctx_local")
+    know.set_live({"r0", "r1"}, views(0, 9))
+    assert rank(RouteHint(context="ctx_1"), views(0, 9), know) == [["r1"]]
+    assert know.holder("ctx_1") == ("r1", "ctx_local")
+    reported = [ReplicaView("r0", 0, contexts=frozenset({"ctx_9"})), ReplicaView("r1", 0)]
+    assert rank(RouteHint(context="ctx_9"), reported, know) == [["r0"]]
+    assert rank(RouteHint(pin="r0"), views(5, 0), know) == [["r0"]]
+    know.mark_dead("r1")
+    assert know.holder("ctx_1") is None and know.holder_lost("ctx_1")
+    assert all("r1" not in tier for tier in rank(RouteHint(context="ctx_1"), views(0, 0), know))
+
+
+def test_prefix_affinity_is_bounded_by_load() -> None:
+    know = FleetKnowledge()
+    hint = chat_hint(SYSTEM, {"role": "user", "content": "q"})
+    know.record_sent("r1", hint)
+    assert rank(hint, views(0, 4), know)[0] == ["r1"]  # within the bound: affinity wins
+    tiers = rank(hint, views(0, 5, 0), know, rng=random.Random(1))  # past it: two choices
+    assert "r1" not in tiers[0] or len(tiers[0]) == 2
+    other = chat_hint({"role": "system", "content": "another tenant " * 100})
+    assert len(rank(other, views(0, 0, 0), know, rng=random.Random(2))[0]) == 2
+
+
+def test_model_aware_candidates() -> None:
+    know = FleetKnowledge()
+    vs = [ReplicaView("r0", 0, frozenset({"a"})), ReplicaView("r1", 3, frozenset({"b"}))]
+    assert rank(RouteHint(model="b"), vs, know) == [["r1"]]
+    assert sorted(rank(RouteHint(model="c"), vs, know)[0]) == ["r0", "r1"]  # none has it: any
