@@ -50,6 +50,15 @@ if [ "$(cat .venv/.llama-cpp-build 2>/dev/null)" != "$BUILD_KEY" ] || ! "$VPY" -
   printf '%s' "$BUILD_KEY" > .venv/.llama-cpp-build
 fi
 
+if [ "$mode" = test ] && [ "$(id -u)" = 0 ] && ! command -v chromium >/dev/null 2>&1 \
+    && command -v apt-get >/dev/null 2>&1; then
+  # The browser tests (tests/web) drive Debian's Chromium; without it they are skipped.
+  say "installing chromium for the browser tests"
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1; then
+    say "chromium could not be installed: the browser tests will be skipped"
+  fi
+fi
+
 if [ "$mode" = test ]; then
   "$VPY" -m pip install -q -e '.[test,fleet]'
 else

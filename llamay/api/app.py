@@ -31,6 +31,7 @@ from .openai.routes import openai_routes
 from .openapi import openapi_routes
 from .rag import rag_routes
 from .redact import redact_routes
+from .web import web_routes
 
 __all__ = ["create_app", "ENDPOINTS"]
 
@@ -54,6 +55,7 @@ ENDPOINTS: list[tuple[str, str, str]] = [
     ),
     ("POST", "/v1/redact", "find and replace personal data"),
     ("GET", "/v1/stats", "traffic, tokens, queue, KV and cache figures (admin; Prometheus: /metrics)"),
+    ("GET", "/", "web console (integration guide: /docs)"),
     ("GET", "/health", "liveness and engine status (OpenAPI description: /openapi.json)"),
 ]
 
@@ -101,6 +103,7 @@ def create_app(runtime: Runtime, keys: KeyRing | None = None) -> Starlette:
         *redact_routes(),
         *admin_routes(),
         *openapi_routes(),
+        *web_routes(),
     ]
 
     @asynccontextmanager

@@ -1,4 +1,5 @@
-"""Authentication: every route but /health needs a valid key when keys are configured.
+"""Authentication: every route but the open ones (/health, /openapi.json, the web console
+and its guide) needs a valid key when keys are configured.
 A pure ASGI middleware (streaming responses and disconnects pass straight through); the
 principal is put in `scope["state"]["principal"]`."""
 
@@ -16,7 +17,9 @@ from .errors import api_of, error_body
 
 __all__ = ["AuthMiddleware", "principal_of"]
 
-OPEN_PATHS = frozenset({"/health", "/openapi.json"})
+OPEN_PATHS = frozenset({"/health", "/openapi.json", "/", "/docs", "/api/docs"})
+# The web console's own files: static package files with no data (the page asks for a key).
+OPEN_PREFIXES = ("/web/",)
 # Routes that change what the server holds, or show everyone's traffic: admin keys only.
 ADMIN_PATHS = frozenset(
     {
@@ -44,7 +47,7 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         state = scope.setdefault("state", {})
-        if scope["path"] in OPEN_PATHS or not self.keys.enabled:
+        if scope["path"] in OPEN_PATHS or scope["path"].startswith(OPEN_PREFIXES) or not self.keys.enabled:
             state["principal"] = ANONYMOUS if self.keys.enabled else LOCAL
             await self._serve(state["principal"], scope, receive, send)
             return

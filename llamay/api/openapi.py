@@ -307,6 +307,12 @@ OPERATIONS: dict[tuple[str, str], J] = {
     ("POST", "/v1/redact"): op("find and redact personal data", REDACT, codes=[404]),
     ("GET", "/v1/stats"): op("traffic, tokens, queue, KV and cache figures (admin)"),
     ("GET", "/metrics"): op("the same in Prometheus format (admin)", ok=STR, media="text/plain"),
+    ("GET", "/v1/whoami"): op("the caller: principal, role, groups, and whether keys are required"),
+    ("GET", "/"): op("the web console", ok=STR, media="text/html"),
+    ("GET", "/web/{name}"): op("a file of the web console", params=[param("name")], ok=STR,
+                               media="text/javascript", codes=[404]),
+    ("GET", "/docs"): op("the integration guide as HTML", ok=STR, media="text/html"),
+    ("GET", "/api/docs"): op("the integration guide as Markdown", ok=STR, media="text/markdown"),
 }
 # fmt: on
 
