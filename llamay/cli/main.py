@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import httpx
 
 from .. import __version__
-from . import ctx, embed, fleet, index, models, redact, run, serve
+from . import ctx, docs, embed, fleet, index, models, redact, run, serve
 
 __all__ = ["main", "build_parser"]
 
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_parser(sub)
     redact.add_parser(sub)
     fleet.add_parser(sub)
+    docs.add_parser(sub)
     v = sub.add_parser("version", help="print the version")
     v.set_defaults(func=lambda _args: print(f"llamay {__version__}") or 0)
     return parser
