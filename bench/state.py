@@ -17,6 +17,9 @@ baseline measured in the same run.
    clients, each ticket on its own fork (fork, chat with llamay_session, delete), against
    resending the instruction with the prefix cache defeated, and against plain resending on a
    warm server (the prefix cache working without sessions). Each way runs on a fresh server.
+5. tenant_namespaces (bench/state_tenants.py): what isolating tenants in the prefix cache
+   costs one caller (nothing, by design) and several callers sharing a system prompt,
+   without and with an admin-shared context holding it.
 
 Every server is `llamay serve` on 127.0.0.1 with a free port and its own LLAMAY_HOME (a
 temporary folder, so saved contexts never leak between servers or into the user's home).
@@ -908,6 +911,11 @@ def guarded_main(model: Path, tok: Tokenizer, sizes: Sizes, logs: dict[str, str]
     except ServerError as exc:
         out["contexts_server_error"] = str(exc)
     out["ticket_recipe"] = guarded("ticket_recipe", None, lambda: measure_tickets(model, tok, sizes, logs))
+    from .state_tenants import measure_namespaces
+
+    out["tenant_namespaces"] = guarded(
+        "tenant_namespaces", None, lambda: measure_namespaces(model, tok, sizes, logs)
+    )
     return out
 
 
