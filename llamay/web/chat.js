@@ -122,10 +122,12 @@ async function send(text) {
       const d = choice.delta || {};
       if ((d.content || d.reasoning_content || d.tool_calls) && first === null) first = performance.now();
       if (d.reasoning_content) {
-        thinking.hidden = false;
+        if (thinking.hidden) { thinking.hidden = false; thinking.open = true; } // open while it streams
         thinkText.textContent += d.reasoning_content;
       }
       if (d.content) {
+        if (!answer) thinking.open = false; // folded once the answer starts
+
         answer += d.content;
         content.textContent = answer;
       }

@@ -35,14 +35,15 @@ function plot(canvas, values, max) {
     const y = Math.round(8 + (hgt - 16) * (1 - f)) + 0.5;
     ctx.beginPath(); ctx.moveTo(36, y); ctx.lineTo(w, y); ctx.stroke();
     const label = top * f;
-    ctx.fillText(label >= 100 ? label.toFixed(0) : label.toFixed(label >= 10 ? 1 : 2), 2, y + 4);
+    ctx.fillText(label === 0 ? '0' : label >= 100 ? label.toFixed(0) : label.toFixed(label >= 10 ? 1 : 2), 2, y + 4);
   }
   if (values.length < 2) return;
   ctx.strokeStyle = styles.getPropertyValue('--line').trim() || '#2563eb';
   ctx.lineWidth = 2;
   ctx.beginPath();
   values.forEach((v, i) => {
-    const x = 36 + ((w - 40) * (i + KEEP - values.length)) / (KEEP - 1);
+    // Until five minutes are held, the samples there are spread over the whole width.
+    const x = 36 + ((w - 40) * i) / (values.length - 1);
     const y = 8 + (hgt - 16) * (1 - v / top);
     if (i === 0) ctx.moveTo(x, y); else ctx.lineTo(x, y);
   });

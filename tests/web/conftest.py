@@ -12,7 +12,10 @@ from typing import Any
 
 import pytest
 
-from llamay.testing import write_tiny_llama
+from llamay.cli.main import main
+from llamay.convert import convert_bert
+from llamay.testing import write_tiny_llama, write_tiny_think_llama
+from llamay.testing.tiny_bert import write_tiny_bert
 from tests.serverproc import ServerProc, start_server
 
 USER_KEY = "user-key-0123456789"
@@ -38,6 +41,37 @@ def server(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     whose end-of-generation tokens are banned streams until the test stops it."""
     home = tmp_path_factory.mktemp("web-home")
     with start_server(tiny_model_path, "-ctx", "8192", "-concurrency", "4", home=home) as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def think_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
+    """A server on the tiny reasoning model (`<think>` ... `</think>` before its answer)."""
+    root = tmp_path_factory.mktemp("web-think")
+    with start_server(write_tiny_think_llama(root / "think.gguf"), "-ctx", "4096", home=root / "h") as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def indexed_server(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
+    """A server with keys (the guide's own keys file), a tiny embedder and an index of one
+    Markdown file, so retrieval answers."""
+    from .test_guide import keys_file_of_guide  # the guide is the source of the keys file
+
+    root = tmp_path_factory.mktemp("web-indexed")
+    embed = convert_bert(write_tiny_bert(root / "embed-hf"), root / "embed.gguf").path
+    docs = root / "docs"
+    docs.mkdir()
+    (docs / "contexts.md").write_text(
+        "# Contexts\n\nHow do I fork a context? A fork shares its pages.\n\n"
+        "Snapshots <b>move</b> a context to another server.\n"
+    )
+    index = root / "docs.sqlite"
+    assert main(["index", "build", str(docs), "-o", str(index), "-embed", str(embed), "-threads", "1"]) == 0
+    keys = root / "keys.json"
+    keys.write_text(json.dumps(keys_file_of_guide()))
+    args = ["-keys", str(keys), "-index", str(index), "-embed", str(embed), "-ctx", "4096"]
+    with start_server(tiny_model_path, *args, home=root / "home") as s:
         yield s
 
 

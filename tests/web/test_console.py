@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,19 @@ def test_context_round_trip_through_download_and_upload(page: Any, server: Serve
     assert page.locator("#ctx-table tbody tr").count() >= 2
 
 
+def busy(server: ServerProc) -> None:
+    """A few concurrent chats, some sharing a prompt (prefix-cache hits)."""
+    body = {**ENDLESS, "messages": [{"role": "user", "content": "Tell me about the sea."}], "max_tokens": 300}
+    with httpx.Client(timeout=60) as c:
+        for _ in range(2):
+            threads = [threading.Thread(target=c.post, args=(server.url + "/chat/completions",),
+                                        kwargs={"json": body}) for _ in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+
+
 def test_screenshots_of_every_page(browser: Any, server: ServerProc, tmp_path: Path) -> None:
     """Each page at 1280x800 and on a 390-pixel phone, saved under tmp_path for a person to look at."""
     for width, height, tag in [(1280, 800, "desktop"), (390, 844, "phone")]:
@@ -212,9 +226,11 @@ def test_screenshots_of_every_page(browser: Any, server: ServerProc, tmp_path: P
                 pg.fill("#redact-input", "Write to jane@example.com or call +44 20 7946 0958.")
                 pg.click("#redact-form button")
                 pg.wait_for_selector("#redact-marked mark")
-            if name == "status":
-                pg.wait_for_function("document.querySelector('#st-queue').textContent !== ''")
-                pg.wait_for_timeout(2500)  # a second sample, so the plots have a line
+            if name == "status":  # some traffic while it samples, so the plots have lines
+                traffic = threading.Thread(target=busy, args=(server,))
+                traffic.start()
+                pg.wait_for_timeout(7000)
+                traffic.join()
             pg.screenshot(path=str(tmp_path / f"{name}-{tag}.png"), full_page=True)
         pg.goto(server.base + "/docs")
         pg.screenshot(path=str(tmp_path / f"docs-{tag}.png"))
@@ -223,3 +239,32 @@ def test_screenshots_of_every_page(browser: Any, server: ServerProc, tmp_path: P
     shots = sorted(p.name for p in tmp_path.glob("*.png"))
     assert len(shots) == 12, shots
     print(f"screenshots in {tmp_path}")
+
+
+def test_thinking_shows_apart_from_the_answer(page: Any, think_server: ServerProc) -> None:
+    open_chat(page, think_server, {"max_tokens": 60, "temperature": 0})
+    page.select_option("#chat-think", "high")
+    reply = send(page, "Why is the sky blue?")
+    page.wait_for_selector(".msg.assistant:not(.streaming) .stats")
+    thinking = reply.locator("details.thinking")
+    assert thinking.is_visible() and (thinking.locator(".think-text").text_content() or "").strip()
+    assert "<think>" not in (reply.locator(".content").text_content() or "")
+    if (reply.locator(".content").text_content() or "").strip():
+        assert thinking.get_attribute("open") is None  # folded once the answer came
+
+
+def test_retrieval_shows_passages_with_file_range_and_score(page: Any, indexed_server: ServerProc) -> None:
+    from .test_guide import admin_key
+
+    page.goto(indexed_server.base + "/#retrieval")
+    page.fill("#login-key", admin_key())
+    page.click("#login-form button")
+    page.wait_for_selector("#rag-form")
+    page.fill("#rag-query", "fork a context")
+    page.click("#rag-form button")
+    first = page.locator("#rag-results .passage").first
+    first.wait_for()
+    meta = first.locator(".meta").text_content() or ""
+    assert "contexts.md" in meta and "bytes " in meta and "score " in meta
+    assert "fork" in (first.locator(".wrap").text_content() or "")
+    assert page.locator("#rag-results b").count() == 0  # the file's markup stays text

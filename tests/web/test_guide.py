@@ -13,7 +13,6 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -21,10 +20,8 @@ import pytest
 
 from llamay.api.web import guide_text
 from llamay.cli.docs import guide
-from llamay.cli.main import build_parser, main
-from llamay.convert import convert_bert
-from llamay.testing.tiny_bert import write_tiny_bert
-from tests.serverproc import ServerProc, start_server
+from llamay.cli.main import build_parser
+from tests.serverproc import ServerProc
 
 GUIDE_BASE = "http://localhost:11435"
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
@@ -40,19 +37,8 @@ def keys_file_of_guide() -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def guide_server(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
-    root = tmp_path_factory.mktemp("guide")
-    embed = convert_bert(write_tiny_bert(root / "embed-hf"), root / "embed.gguf").path
-    docs = root / "docs"
-    docs.mkdir()
-    (docs / "contexts.md").write_text("# Contexts\n\nHow do I fork a context? A fork shares its pages.\n")
-    index = root / "docs.sqlite"
-    assert main(["index", "build", str(docs), "-o", str(index), "-embed", str(embed), "-threads", "1"]) == 0
-    keys = root / "keys.json"
-    keys.write_text(json.dumps(keys_file_of_guide()))
-    args = ["-keys", str(keys), "-index", str(index), "-embed", str(embed), "-ctx", "4096"]
-    with start_server(tiny_model_path, *args, home=root / "home") as s:
-        yield s
+def guide_server(indexed_server: ServerProc) -> ServerProc:
+    return indexed_server
 
 
 def admin_key() -> str:
