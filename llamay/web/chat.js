@@ -57,7 +57,10 @@ function snippet(kind) {
     : `import json, os\nfrom openai import OpenAI\n\n` +
       `client = OpenAI(base_url="${base}/v1", api_key=os.environ.get("LLAMAY_API_KEY", "none"))\n` +
       `body = json.loads(${JSON.stringify(JSON.stringify(body))})\n` +
-      `reply = client.chat.completions.create(**body)\nprint(reply.choices[0].message.content)\n`;
+      // Every field but these two goes in extra_body: the client passes it through as it is.
+      `model, messages = body.pop("model"), body.pop("messages")\n` +
+      `reply = client.chat.completions.create(model=model, messages=messages, extra_body=body)\n` +
+      `print(reply.choices[0].message)\n`;
   const pre = $('#chat-snippet');
   pre.hidden = false;
   pre.textContent = text;

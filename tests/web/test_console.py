@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-import shutil
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -11,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from llamay.testing import write_tiny_llama
 from tests.serverproc import ServerProc
 
 from .conftest import ADMIN_KEY, USER_KEY
@@ -143,9 +146,9 @@ def test_model_output_and_server_text_stay_text(page: Any, server: ServerProc) -
     assert not page.problems  # no alert fired
 
 
-def test_pull_progress_bar_reaches_100(page: Any, server: ServerProc, tiny_model_path: Path, tmp_path: Path) -> None:
-    source = tmp_path / "pulled.gguf"
-    shutil.copy(tiny_model_path, source)
+def test_pull_progress_bar_reaches_100(page: Any, server: ServerProc, tmp_path: Path) -> None:
+    # Other weights than the served model's (another seed): loaded beside it, it has a store of its own.
+    source = write_tiny_llama(tmp_path / "pulled.gguf", seed=7)
     page.goto(server.base + "/#models")
     page.wait_for_selector("#models-table tbody tr")
     page.fill("#pull-source", str(source))
@@ -157,6 +160,15 @@ def test_pull_progress_bar_reaches_100(page: Any, server: ServerProc, tiny_model
     page.locator("tr", has_text="pulled").locator("button", has_text="Details").click()
     page.wait_for_selector("#model-details dl")
     assert "llama" in page.text_content("#model-details")
+    # Load it, then unload it.
+    page.locator("tr", has_text="pulled").locator("button", has_text="Load").click()
+    page.wait_for_selector("#models-note.ok >> text=is loaded")
+    row = page.locator("tr", has_text="pulled")
+    row.locator("button", has_text="Unload").wait_for()
+    assert row.locator("td").nth(4).text_content() == "yes"
+    row.locator("button", has_text="Unload").click()
+    page.wait_for_selector("#models-note.ok >> text=unloaded")
+    row.locator("button", has_text="Load").wait_for()
 
 
 def test_context_round_trip_through_download_and_upload(page: Any, server: ServerProc, tmp_path: Path) -> None:
@@ -268,3 +280,21 @@ def test_retrieval_shows_passages_with_file_range_and_score(page: Any, indexed_s
     assert "contexts.md" in meta and "bytes " in meta and "score " in meta
     assert "fork" in (first.locator(".wrap").text_content() or "")
     assert page.locator("#rag-results b").count() == 0  # the file's markup stays text
+
+
+def test_copied_curl_and_python_run(page: Any, server: ServerProc, tmp_path: Path) -> None:
+    """What "copy as curl / Python" gives is a working request with the page's settings."""
+    open_chat(page, server, {"max_tokens": 8, "regex": "(yes|no)"})
+    page.fill("#chat-system", "Answer yes or no. It's 'quoted'.")
+    page.fill("#chat-input", 'Is "water" wet?')
+    env = {**os.environ, "LLAMAY_API_KEY": "unused"}
+    page.click("#chat-curl")
+    curl = page.text_content("#chat-snippet") or ""
+    assert curl.startswith(f"curl -s {server.base}/v1/chat/completions")
+    done = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, env=env, timeout=60, check=True)
+    assert json.loads(done.stdout)["choices"][0]["message"]["content"] in ("yes", "no")
+    page.click("#chat-python")
+    code = page.text_content("#chat-snippet") or ""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "content='yes'" in done.stdout or "content='no'" in done.stdout
