@@ -46,6 +46,10 @@ export async function call(path, { method = 'GET', body, raw, signal, type } = {
     init.headers['Content-Type'] = 'application/json';
   }
   const res = await fetch(path, init);
+  if (res.status === 401 && path !== '/v1/whoami') {
+    // The key stopped working (revoked, or the server restarted with other keys): ask again.
+    window.dispatchEvent(new CustomEvent('llamay:unauthorized'));
+  }
   if (!res.ok) throw await failure(res);
   return res;
 }

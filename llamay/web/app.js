@@ -33,7 +33,15 @@ async function route() {
   if (PAGES[page].enter) PAGES[page].enter();
 }
 
+let lastRole = null;
+
 function applyRole(who) {
+  if (lastRole && lastRole !== who.role) {
+    // Pages set themselves up for one role: another key's role starts the console afresh.
+    location.reload();
+    return;
+  }
+  lastRole = who.role;
   me = who;
   document.body.classList.toggle('admin', who.role === 'admin');
   for (const el of document.querySelectorAll('[data-admin]')) el.hidden = who.role !== 'admin';
@@ -45,7 +53,7 @@ function applyRole(who) {
 async function signIn() {
   try {
     applyRole(await json('/v1/whoami'));
-    route();
+    if (me) route();
   } catch (err) {
     if (!(err instanceof ApiError) || (err.status !== 401 && err.status !== 403)) throw err;
     const hadKey = Boolean(auth.key);
@@ -70,4 +78,9 @@ $('#signout').addEventListener('click', () => {
 });
 
 window.addEventListener('hashchange', route);
+window.addEventListener('llamay:unauthorized', () => {
+  if (!me) return; // several calls may fail at once: ask once
+  me = null;
+  signIn();
+});
 signIn().catch((err) => say($('#login-note'), String(err), 'error'));

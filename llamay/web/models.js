@@ -61,13 +61,20 @@ async function load(name) {
   say(note, `Loading ${name}…`);
   try {
     const res = await call('/api/load', { method: 'POST', body: { model: name } });
+    // A streamed load reports `completed` of `total`; a plain answer is one JSON object.
     for await (const ev of ndjson(res)) {
       if (ev.error) throw new Error(ev.error);
-      if (ev.total) say(note, `Loading ${name}: ${Math.round((100 * (ev.completed || 0)) / ev.total)}%`);
+      if (ev.total) {
+        $('#load-progress').hidden = false;
+        $('#load-bar').value = Math.min(100, (100 * (ev.completed || 0)) / ev.total);
+        $('#load-text').textContent = `${name}: ${Math.round($('#load-bar').value)}%`;
+      }
     }
     say(note, `${name} is loaded.`, 'ok');
   } catch (err) {
     say(note, `Load failed: ${err.message}`, 'error');
+  } finally {
+    $('#load-progress').hidden = true;
   }
   refresh();
 }

@@ -298,3 +298,20 @@ def test_copied_curl_and_python_run(page: Any, server: ServerProc, tmp_path: Pat
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "content='yes'" in done.stdout or "content='no'" in done.stdout
+
+
+def test_a_key_that_stops_working_is_asked_for_again(page: Any, keyed_server: ServerProc) -> None:
+    page.goto(keyed_server.base + "/#contexts")
+    page.fill("#login-key", USER_KEY)
+    page.click("#login-form button")
+    page.wait_for_selector("#page-contexts:not([hidden])")
+    page.evaluate("sessionStorage.setItem('llamay.key', 'revoked-key')")
+    page.click("#nav a[href='#models']")  # the page's next call with it is a 401
+    page.wait_for_selector("#login:not([hidden])")
+    assert "refused" in (page.text_content("#login-note") or "")
+    assert page.evaluate("sessionStorage.getItem('llamay.key')") is None
+    # Another key, another role: the console starts afresh with what that key may do.
+    page.fill("#login-key", ADMIN_KEY)
+    page.click("#login-form button")
+    page.wait_for_selector("#pull-form:not([hidden])")
+    assert page.text_content("#who") == "ops · admin"
