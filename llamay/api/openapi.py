@@ -19,7 +19,7 @@ from .. import __version__
 from ..chat.tools.spec import MAX_LOOSE_NAME
 from ..redact import DETECTORS, STYLES
 from ..types import MAX_BREAKERS
-from .authn import ADMIN_PATHS, OPEN_PATHS
+from .authn import ADMIN_PATHS, OPEN_PATHS, OPEN_PREFIXES
 from .http import MAX_BODY, json_response
 from .openai.responses_schema import EFFORTS, MAX_INPUT_ITEMS, SUMMARIES
 from .openai.schemas import LLAMA_SAMPLING, MAX_N, MAX_STOP, UNSUPPORTED_SAMPLING
@@ -337,10 +337,11 @@ def _operation(method: str, path: str, entry: J | None) -> J:
     out = dict(entry or {"summary": "undocumented", "x-undocumented": True, "responses": {"200": {}}})
     out["operationId"] = method.lower() + re.sub(r"\W+", "_", path).rstrip("_")
     codes = set(out["responses"]) - {"200"}
-    codes |= set() if path in OPEN_PATHS else {"401", "403"} if path in ADMIN_PATHS else {"401"}
+    is_open = path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+    codes |= set() if is_open else {"401", "403"} if path in ADMIN_PATHS else {"401"}
     ok = out["responses"]["200"] or {"description": "success"}
     out["responses"] = {"200": ok} | {c: _error(path) for c in sorted(codes)} | {"default": _error(path)}
-    out["security"] = [] if path in OPEN_PATHS else [{"bearer": []}, {"apiKey": []}, {}]
+    out["security"] = [] if is_open else [{"bearer": []}, {"apiKey": []}, {}]
     return out
 
 
