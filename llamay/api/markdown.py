@@ -132,5 +132,7 @@ def render_page(text: str, title: str) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(title)}</title>"
         '<link rel="stylesheet" href="/web/style.css"></head>'
-        f'<body class="doc"><main class="guide">{render(text)}</main></body></html>\n'
+        '<body class="doc"><nav class="doc-nav"><a href="/">llamay console</a>'
+        '<a href="/api/docs">this guide as Markdown</a></nav>'
+        f'<main class="guide">{render(text)}</main></body></html>\n'
     )
