@@ -192,7 +192,8 @@ async def test_pydantic_ai_structured_output_through_its_output_tool(served: Ser
     assert isinstance(result.output, City) and result.output.name.strip()
     # The default output mode: a call of its final_result tool, with tool_choice "required".
     calls = [p for m in result.all_messages() if isinstance(m, ModelResponse) for p in m.parts]
-    assert [type(p) for p in calls] == [ToolCallPart] and calls[0].tool_name == "final_result"
+    (call,) = calls
+    assert isinstance(call, ToolCallPart) and call.tool_name == "final_result"
 
 
 def weather_agent(served: Served, cities: list[str]) -> PaiAgent[None, Weather]:

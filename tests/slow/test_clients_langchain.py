@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 import httpx
 import numpy as np
@@ -16,7 +17,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langchain_ollama import ChatOllama
 from langchain_openai import ChatOpenAI, OpenAIEmbeddings
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
 from llamay.store import ModelStore
 from tests.serverproc import ServerProc, start_server
@@ -55,7 +56,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 @pytest.fixture()
 def chat(served: Served) -> ChatOpenAI:
     return ChatOpenAI(
-        base_url=served.server.url, api_key="unused", model=served.model, temperature=0, max_tokens=40,
+        base_url=served.server.url, api_key=SecretStr("unused"), model=served.model, temperature=0, max_completion_tokens=40,
         max_retries=0, timeout=300,
     )  # fmt: skip
 
@@ -84,14 +85,19 @@ def test_chat_openai_bind_tools_required(chat: ChatOpenAI) -> None:
 
 
 @pytest.mark.parametrize("method", ["json_schema", "function_calling"])
-def test_chat_openai_structured_output(chat: ChatOpenAI, method: str) -> None:
+def test_chat_openai_structured_output(
+    chat: ChatOpenAI, method: Literal["json_schema", "function_calling"]
+) -> None:
     out = chat.with_structured_output(City, method=method).invoke("Which city is the Eiffel Tower in?")
     assert isinstance(out, City) and out.name.strip() and out.country.strip()
 
 
 def test_openai_embeddings(served: Served) -> None:
     emb = OpenAIEmbeddings(
-        model="all-minilm", base_url=served.server.url, api_key="unused", check_embedding_ctx_length=False
+        model="all-minilm",
+        base_url=served.server.url,
+        api_key=SecretStr("unused"),
+        check_embedding_ctx_length=False,
     )
     docs = [
         "how do I fork a context",
