@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["FleetSpec", "REPLICA_HEADER", "INGRESS_NAME", "REPLICA_NAME"]
@@ -35,7 +35,6 @@ class FleetSpec:
     target_ongoing: float | None = None
     checkpoint_every: float = 1.0  # seconds between checkpoint passes
     stale_after: float = 4.0  # a replica silent this long is taken as dead
-    extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def autoscaling(self) -> bool:

@@ -118,6 +118,7 @@ def test_killed_replica_fails_cleanly_and_its_contexts_come_back(fleet: Fleet) -
         assert got.status_code in (200, 404, 503), got.text
         time.sleep(0.5)
     assert restored is not None, "the dead replica's context did not come back"
+    back = time.monotonic() - killed
     assert restored.json()["tokens"] == tokens
     r = httpx.post(fleet.base + "/v1/chat/completions", timeout=60,
                    json={"messages": turn(cid, 1) + [{"role": "assistant", "content": "ok"},
@@ -126,4 +127,5 @@ def test_killed_replica_fails_cleanly_and_its_contexts_come_back(fleet: Fleet) -
     assert r.status_code in (200, 409), r.text
     assert r.headers[REPLICA_HEADER] == restored.headers[REPLICA_HEADER]
     assert not (fleet.state / "checkpoints" / holder).exists()
-    print(f"kill -> stream ended {ended:.2f}s, next good answer {good:.2f}s, survivor {survivor['replica']}")
+    print(f"kill -> stream ended {ended:.2f}s, next good answer {good:.2f}s, context back {back:.1f}s "
+          f"(survivor {survivor['replica']})")  # fmt: skip

@@ -1,6 +1,6 @@
 """A fleet started with `llamay fleet up` (two replicas, API keys, a state directory): the
 ingress forwards every API and streams unbuffered, context and prefix affinity, auth through
-the ingress, `fleet status`, and `fleet scale 1` moving the leaving replica's contexts."""
+the ingress, `fleet status`, and `fleet scale 1` moving the leaving replica's contexts, `ctx move` in and out of the fleet."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from llamay.fleet.spec import REPLICA_HEADER
-from tests.fleet.conftest import ADMIN, ALICE, BOB, Fleet
+from tests.fleet.conftest import ADMIN, ALICE, BOB, KEYS, Fleet
+from tests.serverproc import start_server
 
 SYSTEM = "You are the billing desk of a bicycle shop. Answer briefly and politely. " * 12
 
@@ -115,6 +117,39 @@ def test_prefix_affinity_keeps_each_tenant_on_one_replica(cli_fleet: Fleet) -> N
     assert all(len(s) == 1 for s in seen.values()), seen
 
 
+@pytest.mark.parametrize("path", ["/v1/fleet/scale"])
+def test_fleet_control_rejects_bad_input(cli_fleet: Fleet, path: str) -> None:
+    r = httpx.post(cli_fleet.base + path, json={"replicas": 0}, headers=ADMIN, timeout=30)
+    assert r.status_code == 400
+
+
+def test_ctx_move_between_the_fleet_and_a_server(cli_fleet: Fleet, tiny_model_path: Path, tmp_path: Path) -> None:
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps(KEYS))
+    made = httpx.post(cli_fleet.base + "/v1/contexts", headers=ALICE, timeout=60,
+                      json={"messages": [{"role": "system", "content": SYSTEM}]})  # fmt: skip
+    assert made.status_code == 200, made.text
+    cid = made.json()["id"]
+    with start_server(tiny_model_path, "-ctx", "2048", "-keys", str(keys), home=tmp_path / "home") as server:
+
+        def move(cid: str, src: str, dst: str) -> str:
+            out = subprocess.run([sys.executable, "-m", "llamay", "ctx", "move", cid, "-from", src, "-to", dst,
+                                  "-key", "k-alice"], capture_output=True, text=True, timeout=120)  # fmt: skip
+            assert out.returncode == 0, out.stderr
+            return out.stdout.strip()
+
+        there = move(cid, cli_fleet.base, server.base)
+        assert httpx.get(server.base + f"/v1/contexts/{there}", headers=ALICE).json()["tokens"] == made.json()["tokens"]
+        assert httpx.get(cli_fleet.base + f"/v1/contexts/{cid}", headers=ALICE, timeout=30).status_code == 404
+        back = move(there, server.base, cli_fleet.base)
+        got = httpx.get(cli_fleet.base + f"/v1/contexts/{back}", headers=ALICE, timeout=30)
+        assert got.status_code == 200 and got.json()["tokens"] == made.json()["tokens"]
+        msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "moved"}]
+        r = chat(cli_fleet, msgs, ALICE, llamay_session=back)
+        assert r.status_code == 200 and r.headers[REPLICA_HEADER] == got.headers[REPLICA_HEADER]
+
+
+# Last: it leaves the fleet with one replica.
 def test_scale_down_moves_the_leaving_replicas_contexts(cli_fleet: Fleet) -> None:
     made: dict[str, tuple[str, int, str]] = {}
     for i in range(16):
@@ -149,9 +184,3 @@ def test_scale_down_moves_the_leaving_replicas_contexts(cli_fleet: Fleet) -> Non
         assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] >= tokens - 1
     (now,) = cli_fleet.status()["replicas"]
     assert now["replica"] == left["replica"] and now["contexts"] >= len(made)
-
-
-@pytest.mark.parametrize("path", ["/v1/fleet/scale"])
-def test_fleet_control_rejects_bad_input(cli_fleet: Fleet, path: str) -> None:
-    r = httpx.post(cli_fleet.base + path, json={"replicas": 0}, headers=ADMIN, timeout=30)
-    assert r.status_code == 400
