@@ -24,6 +24,7 @@ from .chat.traits import Traits, detect_traits
 from .engine.engine import Engine, EngineConfig
 from .errors import Conflict, ModelNotFound, Overloaded
 from .kv.manager import KvManager
+from .kv.storelock import StoreBusy
 
 __all__ = [
     "MANAGE_MODELS",
@@ -163,9 +164,23 @@ def load_model(
 
         sha256 = file_sha256(path)
     folder = config.home / "contexts" / sha256[:16] if config.home is not None else None
-    kv = KvManager.create(
-        ctx, folder=folder, model_name=name, model_sha256=sha256, cache_ram=config.cache_ram
-    )
+    try:
+        try:
+            kv = KvManager.create(
+                ctx, folder=folder, model_name=name, model_sha256=sha256, cache_ram=config.cache_ram
+            )
+        except StoreBusy as busy:
+            if not busy.here or folder is None:
+                raise
+            # The same weights are loaded here under another name: its store is its own.
+            own = folder.with_name(f"{folder.name}-{_slug(name)}")
+            kv = KvManager.create(
+                ctx, folder=own, model_name=name, model_sha256=sha256, cache_ram=config.cache_ram
+            )
+    except BaseException:
+        ctx.close()
+        model.close()
+        raise
     engine = Engine(model, ctx, EngineConfig(concurrency=config.concurrency, max_queue=config.max_queue), kv)
     try:
         return LoadedModel(name, model, ctx, engine, template, sha256)  # detects the traits
@@ -174,6 +189,11 @@ def load_model(
         ctx.close()
         model.close()
         raise
+
+
+def _slug(name: str) -> str:
+    """`name` as one safe folder-name part."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64] or "model"
 
 
 class Runtime:

@@ -17,6 +17,7 @@ import fcntl
 import os
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from ..errors import Conflict
@@ -27,9 +28,18 @@ LOCK_NAME = ".lock"
 
 
 class StoreBusy(Conflict):
-    """Another process owns the context store."""
+    """Another owner holds the context store: another process, or (`here`) another model
+    of this process loaded from the same weights."""
 
     code = "store_busy"
+
+    def __init__(self, message: str, *, here: bool = False) -> None:
+        super().__init__(message)
+        self.here = here
+
+
+_HELD_HERE: set[Path] = set()  # folders this process holds (flock does not refuse its own)
+_HELD_LOCK = threading.Lock()
 
 
 class StoreLock:
@@ -38,6 +48,21 @@ class StoreLock:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
+        key = folder.resolve()
+        with _HELD_LOCK:
+            if key in _HELD_HERE:
+                raise StoreBusy(f"the context store {folder} is in use by this process", here=True)
+            _HELD_HERE.add(key)
+        try:
+            self._fd: int | None = self._lock(folder)
+        except BaseException:
+            with _HELD_LOCK:
+                _HELD_HERE.discard(key)
+            raise
+        self._key = key
+
+    @staticmethod
+    def _lock(folder: Path) -> int:
         path = folder / LOCK_NAME
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -51,7 +76,7 @@ class StoreLock:
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n".encode())
-        self._fd: int | None = fd
+        return fd
 
     @property
     def held(self) -> bool:
@@ -64,6 +89,8 @@ class StoreLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+            with _HELD_LOCK:
+                _HELD_HERE.discard(self._key)
 
 
 def _read_owner(fd: int) -> str:

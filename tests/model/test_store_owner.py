@@ -80,3 +80,22 @@ def test_kill_9_while_saving_leaves_a_readable_store(tiny_model_path: Path, tmp_
         assert saved <= now  # the previous index is whole
         assert now <= saved | fresh
         assert all(usable(s, cid) for cid in now)
+
+
+def test_one_weights_file_loads_under_two_names_in_one_process(tiny_model_path: Path, tmp_path: Path) -> None:
+    from llamay.runtime import RuntimeConfig, load_model
+
+    config = RuntimeConfig(home=tmp_path, ctx=256)
+    first = load_model("first", tiny_model_path, config)
+    try:
+        second = load_model("second", tiny_model_path, config)  # same weights, same home
+        try:
+            stores = sorted(p.name for p in (tmp_path / "contexts").iterdir())
+            assert len(stores) == 2 and stores[1].startswith(stores[0]) and stores[1].endswith("second")
+        finally:
+            second.close()
+    finally:
+        first.close()
+    again = load_model("third", tiny_model_path, config)  # the first store is free again
+    again.close()
+    assert len(list((tmp_path / "contexts").iterdir())) == 2
