@@ -93,3 +93,16 @@ def test_a_model_without_fim_tokens_says_so(tiny_model_path: Path, tmp_path: Pat
         assert "cannot fill in the middle" in body["message"]
         ok = client(s).completions.create(model="", prompt=PREFIX, max_tokens=2)
         assert ok.usage is not None and ok.usage.completion_tokens == 2
+
+
+def test_ollama_generate_takes_a_suffix_too(fim_server: ServerProc) -> None:
+    import ollama
+
+    got = ollama.Client(host=fim_server.base).generate(
+        model="tiny-fim", prompt=PREFIX, suffix=SUFFIX, options={"temperature": 0, "num_predict": 12}
+    )
+    same = client(fim_server).completions.create(
+        model="", prompt=PREFIX, suffix=SUFFIX, max_tokens=12, temperature=0
+    )
+    assert got.response == same.choices[0].text and got.prompt_eval_count == same.usage.prompt_tokens  # type: ignore[union-attr]
+    assert not got.context  # a fill-in-the-middle answer is not a conversation to continue

@@ -166,7 +166,8 @@ def test_generate_body() -> None:
     "body, param",
     [
         ({"images": ["aGk="]}, "images"),
-        ({"suffix": "tail"}, "suffix"),
+        ({"suffix": "tail", "context": [1, 2]}, "suffix"),
+        ({"suffix": "tail", "template": "{{ .Prompt }}"}, "suffix"),
         ({"context": [1, "2"]}, "context"),
         ({"context": 5}, "context"),
         ({"raw": 1}, "raw"),

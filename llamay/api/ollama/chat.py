@@ -12,6 +12,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from ...chat.fim import fim_prompt
 from ...chat.flow import ChatOptions, Piece
 from ...chat.pipeline import Choice, Delta, Generation, Prompt, chat_prompt, start, text_prompt
 from ...chat.tools import ToolChoice
@@ -89,7 +90,7 @@ async def generate(request: Request) -> Response:
     # A model's own system prompt starts a conversation; a continued one (context) has it.
     req = replace(req, common=c, system=req.system or (None if req.context else system))
     prompt = await asyncio.to_thread(_generate_prompt, lm, req)
-    context = None if req.raw else prompt.tokens
+    context = None if req.raw or req.suffix is not None else prompt.tokens
     turn = Turn(c.model or lm.name, lm, c, t0, load_ns, chat=False, context=context)
     return await _run(request, turn, prompt)
 
@@ -110,6 +111,8 @@ def _generate_prompt(lm: LoadedModel, req: OllamaGenerate) -> Prompt:
     """The prompt: through the model's own template (reasoning and content split), or as
     plain text for raw prompts and custom templates. A `context` from a
     previous answer goes first, and the new part then gets no BOS of its own."""
+    if req.suffix is not None:  # the model writes what goes between prompt and suffix
+        return fim_prompt(lm, req.prompt, req.suffix, req.common.grammar)
     model = lm.model
     prefix = list(req.context or [])
     model.check_tokens(prefix)

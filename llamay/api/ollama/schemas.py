@@ -122,6 +122,7 @@ class OllamaGenerate:
     template: str | None
     raw: bool
     context: list[int] | None
+    suffix: str | None = None  # fill-in-the-middle: the text after the insertion
 
 
 def parse_keep_alive(value: Any, param: str = "keep_alive") -> float | None:
@@ -316,11 +317,15 @@ def parse_generate(body: Any) -> OllamaGenerate:
     """POST /api/generate. An empty prompt is a load (or, with keep_alive 0, an unload)."""
     f = Fields(body)
     no_images(f.raw("images"), "images")
-    if f.text("suffix"):
-        raise InvalidRequest("'suffix' (fill-in-the-middle) is not supported by this server", param="suffix")
+    suffix = f.text("suffix") or None
     context = f.array("context")
     if context is not None and not all(isinstance(t, int) and not isinstance(t, bool) for t in context):
         raise InvalidRequest("'context' must be an array of token ids", param="context")
+    if suffix is not None and (context or f.text("template")):
+        raise InvalidRequest(
+            "'suffix' (fill-in-the-middle) takes the prompt as it is: no 'context' or 'template'",
+            param="suffix",
+        )
     return OllamaGenerate(
         common=_common(f),
         prompt=f.text("prompt", "") or "",
@@ -328,4 +333,5 @@ def parse_generate(body: Any) -> OllamaGenerate:
         template=f.text("template") or None,
         raw=bool(f.flag("raw", False)),
         context=list(context) if context else None,
+        suffix=suffix,
     )
