@@ -86,10 +86,14 @@ def _parse(state: bytes, n_ctx: int) -> tuple[int, Layout]:
     (cells,) = r.take("<I")
     if not 0 < cells <= n_ctx:
         raise _Bad(f"{cells} cells (the context holds {n_ctx})")
+    # Cells come in cell order, which need not be position order (a sequence placed across
+    # the end of the cache wraps around); each of positions 0..cells-1 must be there once.
+    seen = bytearray(cells)
     for i in range(cells):
         pos, n_seq = r.take("<iI")
-        if pos != i or n_seq != 1:
+        if not 0 <= pos < cells or seen[pos] or n_seq != 1:
             raise _Bad(f"cell {i} holds position {pos} of {n_seq} sequences")
+        seen[pos] = 1
         r.take("<i")
     v_trans, n_layer = r.take("<II")
     if v_trans not in (0, 1) or not 0 < n_layer <= 4096:

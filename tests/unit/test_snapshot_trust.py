@@ -13,10 +13,18 @@ from llamay.kv.snapshot import SIG_LEN, SnapshotHeader, read_signed, write_snaps
 HEADER = SnapshotHeader("m", "ab" * 32, [1, 2, 3], "ann", None, 1_700_000_000.0, "u:ann", 3)
 
 
-def state(cells: int, layers: int = 2, k_row: int = 8, v_el: int = 2, n_embd_v: int = 4) -> bytes:
-    """A single-sequence state as llama.cpp writes it (transposed V)."""
+def state(
+    cells: int,
+    layers: int = 2,
+    k_row: int = 8,
+    v_el: int = 2,
+    n_embd_v: int = 4,
+    order: list[int] | None = None,
+) -> bytes:
+    """A single-sequence state as llama.cpp writes it (transposed V); `order`: the position
+    each cell holds, in cell order (default 0, 1, 2, ...)."""
     out = struct.pack("<III", 0xAF143CD8, 0, 1) + struct.pack("<I", cells)
-    out += b"".join(struct.pack("<iIi", i, 1, 0) for i in range(cells))
+    out += b"".join(struct.pack("<iIi", p, 1, 0) for p in (order or range(cells)))
     out += struct.pack("<II", 1, layers)
     out += b"".join(struct.pack("<iQ", 1, k_row) + b"k" * k_row * cells for _ in range(layers))
     out += b"".join(
@@ -50,7 +58,17 @@ def test_state_parser() -> None:
     cells, layout = parse_state(state(5), n_ctx=16)
     assert cells == 5 and layout.bytes_per_cell() == 12 + 2 * (8 + 2 * 4)
     assert parse_state(state(2), 16)[1] == layout  # the layout does not depend on the cell count
+    # A sequence that wrapped around the end of the cache comes out in cell order.
+    assert parse_state(state(5, order=[3, 4, 0, 1, 2]), n_ctx=16)[0] == 5
     good = state(3)
-    for bad in (good[:-1], good + b"\0", state(20), good[:16] + struct.pack("<i", 7) + good[20:]):
+    twice, beyond = state(3, order=[0, 1, 1]), state(3, order=[0, 1, 3])
+    for bad in (
+        good[:-1],
+        good + b"\0",
+        state(20),
+        good[:16] + struct.pack("<i", 7) + good[20:],
+        twice,
+        beyond,
+    ):
         with pytest.raises(InvalidRequest, match="damaged"):
             parse_state(bad, n_ctx=16)
