@@ -12,6 +12,8 @@ asked for (a 408 otherwise). Past `max_connections` open connections, uvicorn an
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,13 +94,34 @@ def _base_protocol() -> type[asyncio.Protocol]:
         return H11Protocol
 
 
-def serve(app: Starlette, host: str, port: int, limits: ServerLimits) -> None:
-    """Run `app` on host:port until interrupted, with `limits` (also set as app.state.limits
-    for the body deadline)."""
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (the first address `host` resolves to), not yet
+    listening: binding first lets `serve` say it is serving only once the port is its own.
+    OSError with a plain message when the address is taken or cannot be used."""
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+    except OSError as exc:
+        sock.close()
+        why = "the address is in use (another server?)" if exc.errno == errno.EADDRINUSE else exc.strerror
+        raise OSError(f"cannot listen on {host}:{port}: {why}") from None
+    return sock
+
+
+def serve(
+    app: Starlette, host: str, port: int, limits: ServerLimits, sock: socket.socket | None = None
+) -> None:
+    """Run `app` on host:port (or on `sock`, from `bind`) until interrupted, with `limits`
+    (also set as app.state.limits for the body deadline)."""
     import uvicorn
 
     app.state.limits = limits
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -109,3 +132,4 @@ def serve(app: Starlette, host: str, port: int, limits: ServerLimits) -> None:
         access_log=False,
         timeout_graceful_shutdown=5,
     )
+    uvicorn.Server(config).run(sockets=[sock] if sock is not None else None)

@@ -296,14 +296,19 @@ def server_limits(args: argparse.Namespace) -> Any:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from ..api.serving import serve
+    from ..api.serving import bind, serve
 
     setup_logging(args.log_level)
     try:
         host, port = parse_addr(args.addr)
         limits = server_limits(args)
+        sock = bind(host, port)  # a busy port fails now, not after the models load
+    except Exception as exc:
+        return fail(exc)
+    try:
         app, runtime = build_server(args)
     except Exception as exc:
+        sock.close()
         return fail(exc)
     keys = app.state.keys
     loaded = runtime.get(None)
@@ -322,6 +327,8 @@ def run_serve(args: argparse.Namespace) -> int:
             kv=args.kv,
             concurrency=args.concurrency,
             max_tokens=args.max_tokens,
+            max_loaded=args.max_loaded,
+            keep_alive=f"{args.keepalive:g}s" if args.keepalive >= 0 else "forever",
             auth="api keys" if keys.enabled else "none (single user)",
         ),
     )
@@ -332,7 +339,7 @@ def run_serve(args: argparse.Namespace) -> int:
             extra=kv(addr=addr),
         )
     try:
-        serve(app, host, port, limits)
+        serve(app, host, port, limits, sock)
     finally:
         runtime.close()
         log.info("llamay stopped")
