@@ -227,6 +227,8 @@ class Runtime:
         # -m model) can be loaded again by its name after it was unloaded.
         self._files: dict[str, tuple[Path, str | None]] = {}
         self._loading: dict[str, asyncio.Future[LoadedModel]] = {}
+        self._progress: dict[str, tuple[float, int]] = {}  # (fraction read, file bytes) per load
+        self._cancelled: set[str] = set()  # loads an unload asked to stop
         self._generation = 0
         self.encoders: dict[str, Any] = {}  # "embed" / "rerank" encoders loaded beside the models
         self._lock = threading.Lock()
@@ -313,10 +315,23 @@ class Runtime:
             check_memory(canonical, path)
             await self._make_room(manage)
             generation = self._generation
-            lm = await asyncio.to_thread(load_model, canonical, path, self.config, sha)
-            if generation != self._generation:  # a reset happened meanwhile
+            size = path.stat().st_size
+            self._progress[canonical] = (0.0, size)
+
+            def progress(fraction: float) -> bool:
+                # On the loading thread: record it; False stops llama.cpp reading the weights.
+                self._progress[canonical] = (fraction, size)
+                return generation == self._generation and canonical not in self._cancelled
+
+            try:
+                lm = await asyncio.to_thread(load_model, canonical, path, self.config, sha, progress)
+            except Exception:
+                if generation != self._generation or canonical in self._cancelled:
+                    raise Conflict(f"loading '{canonical}' was cancelled") from None
+                raise
+            if generation != self._generation or canonical in self._cancelled:  # stopped meanwhile
                 await asyncio.to_thread(lm.close)
-                raise Conflict(f"loading '{canonical}' was cancelled by a reset")
+                raise Conflict(f"loading '{canonical}' was cancelled")
             self.add(lm)
             fut.set_result(lm)
             return canonical, lm
@@ -326,6 +341,15 @@ class Runtime:
             raise
         finally:
             self._loading.pop(canonical, None)
+            self._progress.pop(canonical, None)
+            self._cancelled.discard(canonical)
+
+    def load_progress(self, name: str | None) -> tuple[int, int] | None:
+        """(bytes of `name`'s weights read so far, their total) while it loads; None when no
+        load of it is under way."""
+        key = self._canonical(name)
+        got = self._progress.get(key) if key else None
+        return (int(got[0] * got[1]), got[1]) if got is not None else None
 
     async def _make_room(self, manage: bool = True) -> None:
         while len(self._models) >= self.max_loaded:
@@ -354,11 +378,15 @@ class Runtime:
         return vectors.astype(float).tolist(), n_tokens  # plain floats: JSON-ready
 
     async def unload(self, name: str) -> bool:
-        """Unload a model (its running requests end with reason 'abort'); False if not loaded."""
+        """Unload a model (its running requests end with reason 'abort'), or stop its load
+        if one is under way; False if it is neither loaded nor loading."""
         key = self._canonical(name)
         with self._lock:
             lm = self._models.pop(key, None)
         if lm is None:
+            if key in self._loading:
+                self._cancelled.add(key)
+                return True
             return False
         log.info("unloading model", extra={"fields": {"model": lm.name}})
         await asyncio.to_thread(lm.close)

@@ -296,7 +296,12 @@ OPERATIONS: dict[tuple[str, str], J] = {
     ("POST", "/api/embed"): op("embeddings (Ollama)", O_EMBED, codes=(404, 501)),
     ("POST", "/api/embeddings"): op("one embedding, the older Ollama route",
                                     fields("model:str prompt:str", {"keep_alive": DURATION}), codes=(404, 501)),
-    ("POST", "/api/load"): op("load a model", fields("model:str", {"keep_alive": DURATION}), codes=GEN),
+    ("POST", "/api/load"): op(
+        "load a model (NDJSON progress unless stream is false)",
+        fields("model:str stream:bool", {"keep_alive": DURATION}),
+        stream=NDJSON,
+        codes=(*GEN, 409),
+    ),
     ("POST", "/api/unload"): op("unload a model now", fields("model!:str"), codes=[501]),
     ("POST", "/api/reset"): op("unload every model now", codes=[501]),
     ("POST", "/v1/embeddings"): op("embeddings (OpenAI)", EMBED, codes=[404]),

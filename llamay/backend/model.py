@@ -50,7 +50,8 @@ class Model:
         self, path: str | os.PathLike[str], progress: Callable[[float], object] | None = None
     ) -> None:
         """Load the GGUF at `path`; `progress` (if given) is called with the fraction of the
-        weights loaded so far, 0.0 to 1.0, on this thread while they load."""
+        weights loaded so far, 0.0 to 1.0, on this thread while they load; returning False
+        stops the load (ValueError)."""
         ensure_backend()
         self.path = Path(path)
         if not self.path.is_file():
@@ -60,8 +61,7 @@ class Model:
         if progress is not None:
             # llama.cpp calls back with the loaded fraction; true lets the load go on.
             def report(fraction: float, _user: object) -> bool:
-                progress(float(fraction))
-                return True
+                return progress(float(fraction)) is not False
 
             callback = llama_cpp.llama_progress_callback(report)  # referenced until loaded
             params.progress_callback = callback

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from ... import __version__
 from ...chat.flow import model_traits
 from ...chat.reasoning import detect_reasoning
 from ...embed.service import Encoder
-from ...errors import InvalidRequest, ModelNotFound
+from ...errors import InvalidRequest, LlamayError, ModelNotFound
 from ...runtime import LoadedModel
 from ...store.gguf_header import HeaderCache
 from ..embeddings import MAX_INPUTS, find_encoder, served_encoders
@@ -25,7 +26,16 @@ from ..fields import Fields
 from ..http import read_json
 from . import describe
 from .adapter import iso_time
-from .common import effective_params, headers, loaded_alias, runtime_feature, store_call, use_model
+from .common import (
+    effective_params,
+    headers,
+    loaded_alias,
+    ndjson_line,
+    ndjson_response,
+    runtime_feature,
+    store_call,
+    use_model,
+)
 from .schemas import parse_keep_alive
 
 __all__ = ["tags", "ps", "show", "version", "load", "unload", "reset", "embed", "embeddings"]
@@ -166,14 +176,61 @@ async def version(request: Request) -> Response:
 
 
 async def load(request: Request) -> Response:
-    """llamay's own: load a model (Ollama's empty-prompt load, with a body of its own)."""
+    """llamay's own: load a model (Ollama's empty-prompt load, with a body of its own).
+
+    With `stream` (the default, as on /api/pull) the answer is NDJSON: `{"status":
+    "loading", "completed", "total"}` (bytes of weights read) while it loads, then the final
+    object with `status` "success" (or "already_loaded"), `context_length` and
+    `load_duration`; a load that fails after it started is `{"status": "error", "error",
+    "code"}`. A load that fails at once (no such model, no room, no right) is an HTTP error,
+    as is every failure with `"stream": false`, which answers with the final object alone."""
     f = Fields(await read_json(request))
     keep_alive = parse_keep_alive(f.raw("keep_alive"))
-    lm, load_ns = await use_model(request, f.text("model") or "", keep_alive)
-    return JSONResponse(
-        {"model": lm.name, "created_at": iso_time(time.time()), "done": True, "done_reason": "load",
-         "load_duration": load_ns}
-    )  # fmt: skip
+    name = f.text("model") or ""
+    runtime = request.app.state.runtime
+    was_loaded = _find_loaded(runtime, name) is not None
+    if not f.flag("stream", True) or not hasattr(runtime, "load_progress"):
+        lm, load_ns = await use_model(request, name, keep_alive)
+        return JSONResponse(_loaded_json(lm, load_ns, was_loaded))
+    task = asyncio.ensure_future(use_model(request, name, keep_alive))
+    # Until the load has read something, a failure is still an HTTP error.
+    while not task.done() and runtime.load_progress(loaded_alias(runtime, name)) is None:
+        await asyncio.wait({task}, timeout=0.05)
+    if task.done():
+        lm, load_ns = task.result()  # raises the load's error
+        return ndjson_response(_one(_loaded_json(lm, load_ns, was_loaded)))
+    return ndjson_response(_load_lines(runtime, name, task))
+
+
+def _loaded_json(lm: LoadedModel, load_ns: int, was_loaded: bool) -> dict[str, Any]:
+    return {
+        "status": "already_loaded" if was_loaded else "success",
+        "model": lm.name, "created_at": iso_time(time.time()), "done": True, "done_reason": "load",
+        "load_duration": load_ns, "context_length": lm.engine.n_ctx,
+    }  # fmt: skip
+
+
+async def _one(obj: dict[str, Any]) -> AsyncIterator[bytes]:
+    yield ndjson_line(obj)
+
+
+async def _load_lines(runtime: Any, name: str, task: asyncio.Future[Any]) -> AsyncIterator[bytes]:
+    """Progress lines every 0.2 s while `task` loads `name`, then its outcome. A reader that
+    leaves does not stop the load (others may wait for the same model)."""
+    key = loaded_alias(runtime, name)
+    while not task.done():
+        got = runtime.load_progress(key)
+        if got is not None:
+            yield ndjson_line({"status": "loading", "completed": got[0], "total": got[1]})
+        await asyncio.wait({task}, timeout=0.2)
+    error = task.exception()
+    if error is None:
+        lm, load_ns = task.result()
+        yield ndjson_line(_loaded_json(lm, load_ns, False))
+        return
+    message = error.message if isinstance(error, LlamayError) else str(error)
+    code = getattr(error, "code", None) or "load_failed"
+    yield ndjson_line({"status": "error", "error": message, "code": code})
 
 
 async def unload(request: Request) -> Response:
