@@ -1,6 +1,6 @@
-"""`llamay` verbs for models: pull, list, show, cp, rm, create, ps, stop.
+"""`llamay` verbs for models: pull, list, show, cp, rm, create, ps, stop, reset.
 
-list, show and create work on the local store. ps and stop talk to a running server. pull,
+list, show and create work on the local store. ps, stop and reset talk to a running server. pull,
 rm and cp go to the server when one answers `GET /api/version` at `-url` (so that it sees
 the change, e.g. unloads a removed model), using Ollama's routes, and work on the store
 directly otherwise.
@@ -80,9 +80,10 @@ def add_parser(sub: Any) -> None:
     flag(v, "system", help="default system prompt")
     v.set_defaults(func=create)
     verb("ps", "list the models a running server has loaded", server=True).set_defaults(func=ps)
-    v = verb("stop", "unload a model from a running server", server=True)
+    v = verb("stop", "unload a model from a running server (or stop its load)", server=True)
     v.add_argument("name")
     v.set_defaults(func=stop)
+    verb("reset", "unload every model from a running server now", server=True).set_defaults(func=reset)
 
 
 def _store() -> ModelStore:
@@ -256,6 +257,17 @@ def stop(args: argparse.Namespace) -> int:
     with closing(server):
         _check(server.post("/api/generate", json={"model": args.name, "keep_alive": 0, "stream": False}))
     print(f"stopped '{args.name}'")
+    return 0
+
+
+def reset(args: argparse.Namespace) -> int:
+    server = _server(args)
+    if server is None:
+        _no_server(args)
+        return 1
+    with closing(server):
+        names = _check(server.post("/api/reset")).json().get("unloaded") or []
+    print(f"unloaded {', '.join(names)}" if names else "no model was loaded")
     return 0
 
 

@@ -41,3 +41,15 @@ def test_the_banner_names_the_model_lifetime_settings(tiny_model_path: Path, tmp
     line = next(ln for ln in log.splitlines() if "llamay serving" in ln)
     assert "max_loaded=3" in line and "keep_alive=90s" in line
     assert log.index("llamay serving") < log.index("PURPOSE")
+
+
+def test_llamay_reset_unloads_every_model(tiny_model_path: Path, tmp_path: Path) -> None:
+    import httpx
+
+    with start_server(tiny_model_path, home=tmp_path) as s:
+        env = {**os.environ, "LLAMAY_URL": s.base, "LLAMAY_HOME": str(tmp_path)}
+        done = subprocess.run(
+            [sys.executable, "-m", "llamay", "reset"], capture_output=True, text=True, env=env, timeout=60
+        )
+        assert done.returncode == 0 and done.stdout.strip() == "unloaded tiny-llama"
+        assert httpx.get(s.base + "/api/ps").json() == {"models": []}
