@@ -11,7 +11,8 @@
 
 Progress goes to `emit` as Ollama-shaped dicts: {"status": "pulling manifest"} (sent by the
 caller before planning), {"status": "pulling <digest12>", "digest", "total", "completed"}
-(one total across all parts), {"status": "verifying sha256 digest"},
+(one total across all parts; with `speed` in bytes/s and `eta` in seconds once bytes move, and
+`file` of `files` for a split model), {"status": "verifying sha256 digest"},
 {"status": "writing manifest"}, then the caller's {"status": "success"}.
 """
 
@@ -59,18 +60,22 @@ class PullOptions:
 class _Tracker:
     """Progress across every part of one pull, as throttled "pulling" events."""
 
-    def __init__(self, emit: Emit, total: int) -> None:
+    def __init__(self, emit: Emit, total: int, files: int = 1) -> None:
         self.emit, self.total, self.completed = emit, total, 0
         self.digest, self._last = "", 0.0
+        self.files, self.file = files, 0
+        self._start, self._moved = time.monotonic(), 0  # bytes fetched by this pull, for its speed
 
     def begin(self, part: PartPlan, *, done: int = 0) -> None:
         """Start reporting `part`, `done` of whose bytes are there already."""
         self.digest = f"sha256:{part.sha256}" if part.sha256 else part.key
         self.completed += done
+        self.file += 1
         self.flush()
 
     def add(self, n: int) -> None:
         self.completed = max(0, self.completed + n)
+        self._moved = max(0, self._moved + n)
         if time.monotonic() - self._last >= _EMIT_INTERVAL:
             self.flush()
 
@@ -82,9 +87,16 @@ class _Tracker:
         self._last = time.monotonic()
         short = self.digest.partition(":")[2][:12] if ":" in self.digest else self.digest[:16]
         total = max(self.total, self.completed)
-        self.emit(
-            {"status": f"pulling {short}", "digest": self.digest, "total": total, "completed": self.completed}
-        )
+        event: dict[str, Any] = {
+            "status": f"pulling {short}", "digest": self.digest, "total": total, "completed": self.completed,
+        }  # fmt: skip
+        elapsed = self._last - self._start
+        if self._moved and elapsed >= 0.5:  # bytes per second so far, and the time left at that pace
+            speed = self._moved / elapsed
+            event |= {"speed": int(speed), "eta": round((total - self.completed) / speed, 1)}
+        if self.files > 1:  # a split model: which of its files is coming
+            event |= {"file": min(self.file, self.files), "files": self.files}
+        self.emit(event)
 
 
 def run_pull(
@@ -99,7 +111,7 @@ def run_pull(
         owner = future is None
         if future is None:
             future = _inflight[keyset] = Future()
-    tracker = _Tracker(emit, sum(p.transfer_size for p in plan.parts))
+    tracker = _Tracker(emit, sum(p.transfer_size for p in plan.parts), len(plan.parts))
     if not owner:
         tracker.begin(plan.parts[0])
         parts = future.result()  # the pull in flight's error, if it fails

@@ -165,9 +165,10 @@ def embed_vectors(vectors: Sequence[Sequence[float]], dimensions: int | None) ->
 
 def progress_json(event: Mapping[str, Any]) -> dict[str, Any]:
     """A store progress event as an Ollama pull line: `status` always, `digest`, `total`
-    and `completed` (bytes) when known."""
+    and `completed` (bytes) when known; llamay adds `speed` (bytes/s), `eta` (seconds) and,
+    for a split model, `file` of `files`."""
     out: dict[str, Any] = {"status": str(event.get("status") or f"pulling {event.get('digest') or 'model'}")}
-    for key in ("digest", "total", "completed"):
+    for key in ("digest", "total", "completed", "speed", "eta", "file", "files"):
         if event.get(key) is not None:
             out[key] = event[key]
     return out
