@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -29,13 +30,38 @@ def server_url(host: str | None) -> str:
     return host.rstrip("/") if "://" in host else f"http://{host.rstrip('/')}"
 
 
-def _llamay_answers(url: str) -> bool:
-    """A llamay server answers at `url` (its /health lists models; no key needed)."""
+def _llamay_models(url: str) -> list[str] | None:
+    """The models a llamay server at `url` has loaded (its /health; no key needed), or None
+    when no llamay server answers there."""
     try:
         r = httpx.get(url + "/health", timeout=1.0)
-        return r.status_code == 200 and isinstance(r.json().get("models"), list)
+        models = r.json().get("models") if r.status_code == 200 else None
+        return [str(m.get("name")) for m in models] if isinstance(models, list) else None
     except (httpx.HTTPError, ValueError, AttributeError):
-        return False
+        return None
+
+
+def _load_on(url: str, model: str, key: str | None, term: Term) -> None:
+    """Have the server load `model`, drawing its progress (/api/load's NDJSON). Errors are
+    left to the first answer, which names them the way the server does."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    label = f"loading {model} on {url}"
+    try:
+        with httpx.stream(
+            "POST", url + "/api/load", json={"model": model}, headers=headers, timeout=600
+        ) as r:
+            if r.status_code != 200:
+                return
+            for line in r.iter_lines():
+                event = json.loads(line) if line.strip() else {}
+                if event.get("status") == "loading" and event.get("total"):
+                    term.progress(label, event["completed"] / event["total"])
+                elif event.get("status") in ("success", "already_loaded"):
+                    term.progress(label, 1.0)
+    except (httpx.HTTPError, ValueError):
+        return
+    finally:
+        term.end_progress()
 
 
 def _is_file(model: str | None) -> bool:
@@ -47,8 +73,12 @@ def connect(args: argparse.Namespace, term: Term) -> tuple[LLM, str]:
     """The LLM to talk to and where it runs."""
     if not args.local and not _is_file(args.model):
         url = server_url(args.host)
-        if _llamay_answers(url):
-            return LLM(args.model, url=url, api_key=os.environ.get("LLAMAY_API_KEY")), url
+        loaded = _llamay_models(url)
+        if loaded is not None:
+            key = os.environ.get("LLAMAY_API_KEY")
+            if args.model and args.model not in loaded and args.model.removesuffix(":latest") not in loaded:
+                _load_on(url, args.model, key, term)
+            return LLM(args.model, url=url, api_key=key), url
     label = f"loading {args.model or DEFAULT_MODEL}"
     try:
         llm = LLM(

@@ -216,3 +216,28 @@ def test_a_reader_that_leaves_early_gets_no_traceback(tiny_model_path: Path, cha
     err = proc.stderr.read().decode()
     assert proc.wait(120) == 0
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_a_model_the_server_has_not_loaded_loads_there_with_a_bar(
+    server: ServerProc, chat_home: Path, tiny_think_model_path: Path
+) -> None:
+    import httpx
+
+    r = httpx.post(
+        server.base + "/api/pull",
+        json={"model": str(tiny_think_model_path), "name": "second", "stream": False},
+    )
+    assert r.status_code == 200, r.text
+    host = {"LLAMAY_HOST": server.base.removeprefix("http://")}
+    t = Terminal(llamay("second", "-temp", "0", "-n", "4"), env(host, chat_home))
+    try:
+        screen = t.expect(b">>> ")
+        assert b"loading second on " + server.base.encode() in screen and b"100%" in screen
+        t.send("/bye\n")
+        assert t.close() == 0
+    finally:
+        if t.proc.poll() is None:
+            t.close()
+    assert "second" in {
+        m["name"].removesuffix(":latest") for m in httpx.get(server.base + "/health").json()["models"]
+    }
