@@ -105,7 +105,9 @@ class Prompts:
             count = self._vocab.count(text)
             if count <= n_tokens or k <= 1:
                 return text, count
-            k -= max(1, (count - n_tokens) // 2)
+            # Shrink in proportion (a tokenizer may split words into many tokens), never
+            # below one word: a negative slice would keep nearly all of them.
+            k = max(1, min(k - 1, k * n_tokens // count))
         raise RuntimeError(f"could not fit a prompt to {n_tokens} tokens")
 
 
