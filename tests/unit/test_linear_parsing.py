@@ -10,6 +10,7 @@ tracer sees; for those the lines executed around them are added to the character
 
 from __future__ import annotations
 
+import gc
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -51,7 +52,9 @@ def run_of(unit: str, n: int) -> str:
 
 
 def lines_executed(fn: Callable[[], Any]) -> int:
-    """Lines of Python executed while `fn` runs (its own and everything it calls)."""
+    """Lines of Python executed while `fn` runs (its own and everything it calls). The
+    collector is paused so that finalizers of other tests' garbage (run by whichever call
+    happens to trigger a collection) are not counted as this call's work."""
     count = 0
 
     def tracer(frame: FrameType, event: str, arg: Any) -> Any:
@@ -60,6 +63,8 @@ def lines_executed(fn: Callable[[], Any]) -> int:
             count += 1
         return tracer
 
+    gc.collect()
+    gc.disable()
     sys.settrace(tracer)
     try:
         fn()
@@ -67,6 +72,7 @@ def lines_executed(fn: Callable[[], Any]) -> int:
         pass  # refusing is fine; what it costs to refuse is what is counted
     finally:
         sys.settrace(None)
+        gc.enable()
     return count
 
 
