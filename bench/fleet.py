@@ -144,7 +144,9 @@ def wait_running(app: str, n: int, timeout: float = 180.0) -> None:
     raise TimeoutError(f"{app}: not {n} replicas running after {timeout}s")
 
 
-def run_fleet_arm(model: Path, router: str, replicas: int, args: argparse.Namespace, kill: bool) -> dict[str, Any]:
+def run_fleet_arm(
+    model: Path, router: str, replicas: int, args: argparse.Namespace, kill: bool
+) -> dict[str, Any]:
     from ray import serve
 
     from llamay.fleet.app import deploy, wait_replicas

@@ -75,8 +75,18 @@ def add_parser(sub: Any) -> None:
 
     def remote(name: str, help_: str) -> argparse.ArgumentParser:
         v: argparse.ArgumentParser = verbs.add_parser(name, help=help_, allow_abbrev=False, description=help_)
-        flag(v, "url", default=os.environ.get("LLAMAY_URL", DEFAULT_URL), help=f"fleet URL (default {DEFAULT_URL})")
-        flag(v, "key", default=os.environ.get("LLAMAY_API_KEY"), help="admin API key (default: $LLAMAY_API_KEY)")
+        flag(
+            v,
+            "url",
+            default=os.environ.get("LLAMAY_URL", DEFAULT_URL),
+            help=f"fleet URL (default {DEFAULT_URL})",
+        )
+        flag(
+            v,
+            "key",
+            default=os.environ.get("LLAMAY_API_KEY"),
+            help="admin API key (default: $LLAMAY_API_KEY)",
+        )
         return v
 
     remote("status", "replicas: node, model, running/queued, KV use, cached cells, contexts").set_defaults(
@@ -103,7 +113,9 @@ def _check(r: httpx.Response) -> dict[str, Any]:
 def run_status(args: argparse.Namespace) -> int:
     with _client(args) as c:
         data = _check(c.get("/v1/fleet"))
-    print(f"{'REPLICA':<10} {'NODE':<10} {'MODEL':<18} {'RUN':>4} {'QUEUE':>5} {'KV':>7} {'CACHED':>7} {'CTXS':>5}")
+    print(
+        f"{'REPLICA':<10} {'NODE':<10} {'MODEL':<18} {'RUN':>4} {'QUEUE':>5} {'KV':>7} {'CACHED':>7} {'CTXS':>5}"
+    )
     for r in data["replicas"]:
         if "error" in r:
             print(f"{r['replica']:<10} unreachable: {r['error']}")

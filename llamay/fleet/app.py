@@ -82,7 +82,9 @@ def build_app(spec: FleetSpec) -> Any:
     return ingress.bind(replica.bind(same), same)
 
 
-def start_ray(num_cpus: int | None = None, temp_dir: str | None = None, env: dict[str, str] | None = None) -> None:
+def start_ray(
+    num_cpus: int | None = None, temp_dir: str | None = None, env: dict[str, str] | None = None
+) -> None:
     """Join the cluster in RAY_ADDRESS, or start a local one (no dashboard). `env` reaches
     every worker (API keys from the environment, thread settings)."""
     import os

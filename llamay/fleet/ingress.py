@@ -97,7 +97,9 @@ class LlamayIngress:
         if hint.context is not None:
             found = await self.locate(hint.context, request)
             if found is None and self.recovery is not None and self.know.holder_lost(hint.context):
-                return error_response(path, 503, f"context '{hint.context}' is being restored; retry shortly", "2")
+                return error_response(
+                    path, 503, f"context '{hint.context}' is being restored; retry shortly", "2"
+                )
             if found is not None:
                 local = found[1]
                 if local != hint.context:
@@ -215,7 +217,9 @@ class LlamayIngress:
         except LlamayError as exc:
             return JSONResponse({"error": {"message": exc.message, "type": "authentication_error"}}, 401)
         if not principal.admin:
-            return JSONResponse({"error": {"message": "/v1/fleet is for admins", "type": "permission_error"}}, 403)
+            return JSONResponse(
+                {"error": {"message": "/v1/fleet is for admins", "type": "permission_error"}}, 403
+            )
         if request.method == "GET" and request.url.path == "/v1/fleet":
             return JSONResponse(await self.status())
         if request.method == "POST" and request.url.path == "/v1/fleet/scale":

@@ -24,6 +24,7 @@ from . import hints, routing
 
 __all__ = ["LlamayRouter", "hint_of"]
 
+
 def hint_of(pending: PendingRequest | None) -> hints.RouteHint:
     if pending is not None and pending.args and isinstance(pending.args[0], hints.RouteHint):
         return pending.args[0]

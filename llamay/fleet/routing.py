@@ -185,9 +185,11 @@ def rank(
             return [[best.uid], [v.uid for v in sorted(scored[1:], key=_load)]]
     two = rng.sample(cands, min(2, len(cands)))
     rest = [v for v in cands if v not in two]
-    return [[v.uid for v in sorted(two, key=_load)], [v.uid for v in sorted(rest, key=_load)]] if rest else [
-        [v.uid for v in sorted(two, key=_load)]
-    ]
+    return (
+        [[v.uid for v in sorted(two, key=_load)], [v.uid for v in sorted(rest, key=_load)]]
+        if rest
+        else [[v.uid for v in sorted(two, key=_load)]]
+    )
 
 
 _registry: dict[str, FleetKnowledge] = {}

@@ -101,7 +101,9 @@ def ray_tmp() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def cli_fleet(tiny_model_path: Path, ray_tmp: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+def cli_fleet(
+    tiny_model_path: Path, ray_tmp: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fleet]:
     """`llamay fleet up` as a user runs it (a subprocess owning a local Ray cluster), with API
     keys and a state directory; stopped with `llamay fleet down`."""
     tmp = tmp_path_factory.mktemp("fleet")

@@ -68,7 +68,10 @@ def test_sse_and_ndjson_stream_through_unbuffered(cli_fleet: Fleet) -> None:
 
 def test_auth_is_the_replicas_own_and_fleet_status_is_admin_only(cli_fleet: Fleet) -> None:
     assert chat(cli_fleet, [{"role": "user", "content": "hi"}], {}).status_code == 401
-    assert chat(cli_fleet, [{"role": "user", "content": "hi"}], {"Authorization": "Bearer nope"}).status_code == 401
+    assert (
+        chat(cli_fleet, [{"role": "user", "content": "hi"}], {"Authorization": "Bearer nope"}).status_code
+        == 401
+    )
     assert httpx.get(cli_fleet.base + "/v1/fleet", headers=BOB, timeout=30).status_code == 403
     assert httpx.get(cli_fleet.base + "/v1/fleet", timeout=30).status_code == 401
     out = subprocess.run([sys.executable, "-m", "llamay", "fleet", "status", "-url", cli_fleet.base, "-key", "k-admin"],
@@ -123,7 +126,9 @@ def test_fleet_control_rejects_bad_input(cli_fleet: Fleet, path: str) -> None:
     assert r.status_code == 400
 
 
-def test_ctx_move_between_the_fleet_and_a_server(cli_fleet: Fleet, tiny_model_path: Path, tmp_path: Path) -> None:
+def test_ctx_move_between_the_fleet_and_a_server(
+    cli_fleet: Fleet, tiny_model_path: Path, tmp_path: Path
+) -> None:
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps(KEYS))
     made = httpx.post(cli_fleet.base + "/v1/contexts", headers=ALICE, timeout=60,
@@ -139,7 +144,10 @@ def test_ctx_move_between_the_fleet_and_a_server(cli_fleet: Fleet, tiny_model_pa
             return out.stdout.strip()
 
         there = move(cid, cli_fleet.base, server.base)
-        assert httpx.get(server.base + f"/v1/contexts/{there}", headers=ALICE).json()["tokens"] == made.json()["tokens"]
+        assert (
+            httpx.get(server.base + f"/v1/contexts/{there}", headers=ALICE).json()["tokens"]
+            == made.json()["tokens"]
+        )
         assert httpx.get(cli_fleet.base + f"/v1/contexts/{cid}", headers=ALICE, timeout=30).status_code == 404
         back = move(there, server.base, cli_fleet.base)
         got = httpx.get(cli_fleet.base + f"/v1/contexts/{back}", headers=ALICE, timeout=30)
