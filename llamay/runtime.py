@@ -64,6 +64,7 @@ class RuntimeConfig:
     concurrency: int = 8
     max_queue: int = 64
     kv_type: str = "f16"
+    flash_attn: bool = True  # attention over a sequence's own cells only (see backend/context.py)
     cache_ram: int = 512 * 1024 * 1024  # bytes per model for cached prefixes kept in RAM
     chat_template_file: Path | None = None
     home: Path | None = None  # contexts are saved under home/contexts; None: not kept
@@ -144,6 +145,7 @@ def load_model(
             n_threads=threads,
             n_threads_batch=threads,
             type_kv=config.kv_type,
+            flash_attn=config.flash_attn,
         )
         ctx = Context(model, ctx_config)
     except Exception:

@@ -25,9 +25,10 @@ class ContextConfig:
     n_threads: int = 2
     n_threads_batch: int = 2
     type_kv: str = "f16"
-    # llama.cpp's CPU flash attention accumulates in f16: measurably different (worse) greedy
-    # text on small models than the plain kernel, so it is off unless asked for.
-    flash_attn: bool = False
+    # Flash attention (the patched kernel in native/: two passes, f32 accumulation, the same
+    # arithmetic for any batch) skips cells masked for a whole tile of query rows, so each
+    # sequence's attention costs its own cells; without it every row reads every cell in use.
+    flash_attn: bool = True
 
 
 class DecodeStatus:
@@ -103,6 +104,7 @@ class Context:
         self.n_ctx = int(llama_cpp.llama_n_ctx(ptr))
         self.n_batch = int(llama_cpp.llama_n_batch(ptr))
         self.n_seq_max = int(llama_cpp.llama_n_seq_max(ptr))
+        self.flash_attn = config.flash_attn
         self._mem = llama_cpp.llama_get_memory(ptr)
         self.batch = Batch(self.n_batch)
 

@@ -84,6 +84,14 @@ def add_parser(sub: Any) -> None:
     flag(p, "kv", default="f16", choices=["f16", "f32", "q8_0"], help="KV cache type (default f16)")
     flag(
         p,
+        "flash-attn",
+        dest="flash_attn",
+        default="on",
+        choices=["on", "off"],
+        help="flash attention: each sequence attends to its own KV cells only (default on)",
+    )
+    flag(
+        p,
         "cache-ram",
         dest="cache_ram",
         type=int,
@@ -253,6 +261,7 @@ def build_server(
         concurrency=args.concurrency,
         max_queue=args.queue,
         kv_type=args.kv,
+        flash_attn=args.flash_attn == "on",
         cache_ram=max(0, args.cache_ram) * 1024 * 1024,
         chat_template_file=args.chat_template,
         home=home or llamay_home(),

@@ -111,7 +111,12 @@ class KvManager:
         `cache_ram` bytes hold prefixes moved out of the KV cache, and contexts spill to and
         are saved in `folder` (None: a new temporary folder). Contexts saved there before
         are loaded back."""
-        pool = SeqPool(ops.n_seq_max, ops, budget=ops.n_ctx // 4, stash_bytes=cache_ram)
+        # Without flash attention every step reads every cell in use, so idle prefixes leave
+        # the KV cache early; with it they cost other work next to nothing and stay.
+        idle_after = None if getattr(ops, "flash_attn", False) else 64
+        pool = SeqPool(
+            ops.n_seq_max, ops, budget=ops.n_ctx // 4, stash_bytes=cache_ram, idle_after=idle_after
+        )
         if folder is None:
             folder = Path(tempfile.mkdtemp(prefix="llamay-contexts-"))
         contexts = Contexts(pool, ops, folder, model_name, model_sha256)

@@ -58,14 +58,22 @@ class SeqPool:
     """Hands out sequence ids; keeps finished sequences as a prefix cache (LRU)."""
 
     def __init__(
-        self, n_seq: int, ops: KvOps, budget: int | None = None, stash_bytes: int = 0, idle_after: int = 64
+        self,
+        n_seq: int,
+        ops: KvOps,
+        budget: int | None = None,
+        stash_bytes: int = 0,
+        idle_after: int | None = 64,
     ) -> None:
         """`budget`: how many positions unpinned entries may hold in all. Every KV cell in
         use widens the attention of every later step (masked cells are still read), so
         entries beyond the budget leave the KV cache (LRU). `stash_bytes` > 0 keeps the
         state of entries that leave in RAM, and an unpinned entry no running request shares
         leaves once `idle_after` tokens were computed since its last use, doubled for each hit
-        it served (at most 64x): prefixes in steady use, like a shared system prompt, stay."""
+        it served (at most 64x): prefixes in steady use, like a shared system prompt, stay.
+        `idle_after=None`: idle entries stay until the budget or KV pressure moves them (with
+        flash attention, which skips other sequences' cells, an idle prefix costs other work
+        next to nothing, and moving it costs a state copy on the engine thread)."""
         self.ops = ops
         self.budget = budget
         self.free: list[int] = list(range(n_seq))[::-1]
@@ -192,7 +200,7 @@ class SeqPool:
         """`n_tokens` are about to be computed: entries that would be idle by then leave
         now, before the new work takes its cells, so the work lands in the cells they free
         (the attention of every step spans up to the highest cell in use)."""
-        if not self.stash.capacity:
+        if not self.stash.capacity or self.idle_after is None:
             return
         busy = set(self.borrowed.values())
         for e in list(self.entries.values()):

@@ -1,10 +1,10 @@
 """Host-RAM tier of the prefix cache: KV state bytes of prefixes that left the KV cache.
 
-Without flash attention (off here: see backend/context.py) every step reads every KV cell
-up to the highest one in use, so a cached prefix nobody is using slows down every token
-computed while it sits in the cache. Moving it to RAM costs one state copy (~25 µs per
-position for SmolLM2) and bringing it back another (~15 µs), against ~3 ms per position to
-recompute it: idle prefixes therefore leave the KV cache early and come back on a hit.
+Prefixes leave the KV cache when it is under pressure or past the cache's budget, and
+without flash attention also when idle: there every step reads every KV cell up to the
+highest one in use, so a cached prefix nobody is using slows down every token computed while
+it sits in the cache. Moving it to RAM costs one state copy (~25 µs per position for SmolLM2)
+and bringing it back another (~15 µs), against ~3 ms per position to recompute it.
 """
 
 from __future__ import annotations
