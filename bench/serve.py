@@ -66,13 +66,22 @@ def _progress(name: str, phase: str) -> None:
 
 
 async def run_workload(
-    name: str, base_url: str, sizes: Sizes, prompts: Prompts, banned: list[int], out: dict[str, Any]
+    name: str,
+    base_url: str,
+    sizes: Sizes,
+    prompts: Prompts,
+    banned: list[int],
+    out: dict[str, Any],
+    only: frozenset[str] = frozenset(),
 ) -> None:
-    """Run every phase against base_url, adding each result to `out` as soon as it is done."""
+    """Run every phase (or those in `only`, after the warm-up) against base_url, adding each
+    result to `out` as soon as it is done."""
     prompts.reset()
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     async with httpx.AsyncClient(base_url=base_url, timeout=REQUEST_TIMEOUT, limits=limits) as client:
         for phase, step in phases(Workload(client, sizes, prompts, banned)):
+            if only and phase != "warmup" and phase not in only:
+                continue
             _progress(name, phase)
             result = await step()
             if phase != "warmup":
@@ -92,11 +101,29 @@ class ServerSpec:
     env: Mapping[str, str | None]
 
 
-def llamay_spec(name: str, model: Path, port: int, args: argparse.Namespace, omp: str | None) -> ServerSpec:
+def llamay_spec(
+    name: str,
+    model: Path,
+    port: int,
+    args: argparse.Namespace,
+    env: Mapping[str, str | None],
+    extra: list[str] | None = None,
+) -> ServerSpec:
     argv = [sys.executable, "-m", "llamay", "serve", "-m", str(model), "-addr", f"{HOST}:{port}"]
     argv += ["-concurrency", "16", "-ctx", str(args.ctx), "-threads", str(args.threads)]
-    argv += ["-batch", str(args.batch)]
-    return ServerSpec(name, argv, "/health", {"OMP_WAIT_POLICY": omp})
+    argv += ["-batch", str(args.batch), *(extra or [])]
+    return ServerSpec(name, argv, "/health", {"OMP_WAIT_POLICY": None, **env})
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, str | None], list[str]]:
+    """ "NAME:K=V,K=V:ARGS" -> (name, environment, extra serve arguments)."""
+    name, _, rest = text.partition(":")
+    envs, _, extra = rest.partition(":")
+    env: dict[str, str | None] = {}
+    for item in filter(None, envs.split(",")):
+        key, _, value = item.partition("=")
+        env[key] = value
+    return name, env, extra.split()
 
 
 def llama_server_spec(exe: Path, model: Path, port: int, args: argparse.Namespace) -> ServerSpec:
@@ -115,7 +142,13 @@ def baseline_spec(model: Path, port: int, args: argparse.Namespace) -> ServerSpe
 
 
 def bench_server(
-    spec: ServerSpec, port: int, sizes: Sizes, prompts: Prompts, banned: list[int], result: dict[str, Any]
+    spec: ServerSpec,
+    port: int,
+    sizes: Sizes,
+    prompts: Prompts,
+    banned: list[int],
+    result: dict[str, Any],
+    only: frozenset[str] = frozenset(),
 ) -> None:
     """Start the server, run the workload into `result`, stop it; a failure becomes an "error"
     entry beside the phases already done."""
@@ -125,7 +158,7 @@ def bench_server(
         with running_server(spec.name, spec.argv, port, spec.ready_path, env=spec.env) as server:
             result["log"] = str(server.log_path)
             try:
-                asyncio.run(run_workload(spec.name, server.base_url, sizes, prompts, banned, result))
+                asyncio.run(run_workload(spec.name, server.base_url, sizes, prompts, banned, result, only))
             except RequestFailed as exc:
                 result["error"] = {**exc.detail, "server_log_tail": log_tail(server.log_path, 40)}
                 if server.proc.poll() is not None:
@@ -218,6 +251,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=512, help="llamay's and the baseline's batch (default 512)")
     p.add_argument("--baseline", action="store_true", help="also run llama-cpp-python's server")
     p.add_argument("--omp-passive", action="store_true", help="also run llamay with OMP_WAIT_POLICY=passive")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:ENV=V,...:ARGS",
+        help="also run llamay as NAME with these environment variables and extra serve arguments "
+        '(e.g. "f32kv::-kv f32"); repeatable',
+    )
+    p.add_argument("--only", default="", help="comma-separated phases to run (default: all)")
     return p.parse_args(argv)
 
 
@@ -273,18 +315,23 @@ def run_all(
     load_start = os.getloadavg()
     servers: dict[str, Any] = {}
     specs = [
-        lambda port: llamay_spec("llamay", model, port, args, None),
+        lambda port: llamay_spec("llamay", model, port, args, {}),
         lambda port: llama_server_spec(exe, model, port, args),
     ]
     if args.omp_passive:
-        specs.append(lambda port: llamay_spec("llamay_omp_passive", model, port, args, "passive"))
+        omp: dict[str, str | None] = {"OMP_WAIT_POLICY": "passive"}
+        specs.append(lambda port: llamay_spec("llamay_omp_passive", model, port, args, omp))
+    for text in args.variant:
+        name, env, extra = parse_variant(text)
+        specs.append(lambda port, n=name, e=env, x=extra: llamay_spec(n, model, port, args, e, x))
     if args.baseline:
         specs.append(lambda port: baseline_spec(model, port, args))
     try:
         for make in specs:
             port = free_port()
             spec = make(port)
-            bench_server(spec, port, sizes, prompts, banned, servers.setdefault(spec.name, {}))
+            only = frozenset(filter(None, args.only.split(",")))
+            bench_server(spec, port, sizes, prompts, banned, servers.setdefault(spec.name, {}), only)
         interrupted = False
     except KeyboardInterrupt:
         interrupted = True
