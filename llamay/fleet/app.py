@@ -37,14 +37,17 @@ def _replica_options(spec: FleetSpec) -> dict[str, Any]:
         "health_check_period_s": 2,
         "health_check_timeout_s": 30,
     }
+    # Both routers are ours to name: "ray" is Ray's default policy, unchanged, in a class
+    # that also tells the ingress which replicas are live (for /v1/fleet and pinned calls).
+    cls = "LlamayRouter" if spec.router == "llamay" else "RayDefaultRouter"
+    router: dict[str, Any] = {
+        "request_router_class": f"llamay.fleet.router.{cls}",
+        "request_router_kwargs": {"fleet": spec.app_name},
+    }
     if spec.router == "llamay":
-        router: dict[str, Any] = {
-            "request_router_class": "llamay.fleet.router.LlamayRouter",
-            "request_router_kwargs": {"fleet": spec.app_name},
-            "request_routing_stats_period_s": ROUTER_STATS_PERIOD,
-            "request_routing_stats_timeout_s": 5.0,
-        }
-        opts["request_router_config"] = RequestRouterConfig(**router)
+        router["request_routing_stats_period_s"] = ROUTER_STATS_PERIOD
+        router["request_routing_stats_timeout_s"] = 5.0
+    opts["request_router_config"] = RequestRouterConfig(**router)
     if spec.autoscaling:
         opts["autoscaling_config"] = {
             "min_replicas": spec.min_replicas if spec.min_replicas is not None else 1,
@@ -76,10 +79,24 @@ def build_app(spec: FleetSpec) -> Any:
     deployment: Any = serve.deployment  # its overloads hide .options from mypy
     replica = deployment(LlamayReplica).options(**_replica_options(spec))
     ingress = deployment(LlamayIngress).options(
-        name=INGRESS_NAME, num_replicas=1, ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000
+        name=INGRESS_NAME,
+        num_replicas=1,
+        ray_actor_options={"num_cpus": 0, **_here()},
+        max_ongoing_requests=1000,
+        health_check_period_s=2,  # also what starts context recovery (check_health)
     )
     replica._version = ingress._version = version
     return ingress.bind(replica.bind(same), same)
+
+
+def _here() -> dict[str, Any]:
+    """Actor options that place the ingress (the fleet's HTTP endpoint) on this node, where
+    the user asked for the address; nothing when Ray is not running here (a dry build)."""
+    import ray
+
+    if not ray.is_initialized():
+        return {}
+    return {"resources": {f"node:{ray.util.get_node_ip_address()}": 0.001}}
 
 
 def start_ray(
@@ -104,11 +121,16 @@ def start_ray(
 
 
 def deploy(spec: FleetSpec) -> Any:
-    """Start Serve's HTTP proxy on spec.host:port and run the application; its ingress handle."""
+    """Run the application and open its HTTP endpoint on spec.host:port; its ingress handle.
+
+    The ingress serves HTTP itself: Ray Serve's proxy would be one more process between the
+    client and the ingress (measured: ~6 ms of the hop's ~13 ms), so Serve runs without it."""
     from ray import serve
 
-    serve.start(http_options={"host": spec.host, "port": spec.port})
-    return _run(spec)
+    serve.start(proxy_location="Disabled")
+    handle = _run(spec)
+    handle.serve_http.remote().result(timeout_s=60)
+    return handle
 
 
 def _run(spec: FleetSpec) -> Any:

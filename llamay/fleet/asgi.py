@@ -27,14 +27,22 @@ class Forwarded:
 
 @dataclass(frozen=True)
 class Head:
+    """The response's status and headers, with the body the app had already sent when they
+    were read. `done`: that is the whole body, and nothing follows. A reply produced in one
+    go (any non-streaming JSON answer) thus crosses from replica to ingress as one item,
+    rather than three (head, body, end), each a message between the two processes."""
+
     status: int
     headers: list[tuple[bytes, bytes]]
+    body: bytes = b""
+    done: bool = False
 
 
 async def call_asgi(
     app: Any, req: Forwarded, extra_headers: tuple[tuple[bytes, bytes], ...] = ()
 ) -> AsyncIterator[Head | bytes]:
-    """Yield the response's `Head`, then each non-empty body chunk as the app sends it.
+    """Yield the response's `Head` (carrying whatever body the app had already sent, and
+    whether that is all of it), then each further non-empty body chunk as the app sends it.
 
     Contract: the body is given to the app in one `http.request` message; if the consumer
     stops iterating (the caller went away), the app sees `http.disconnect` and its task is
@@ -83,7 +91,10 @@ async def call_asgi(
                 break
             if msg["type"] == "http.response.start":
                 headers = [(bytes(k), bytes(v)) for k, v in msg.get("headers", [])]
-                yield Head(int(msg["status"]), headers + list(extra_headers))
+                body, done = _ready_body(out)
+                yield Head(int(msg["status"]), headers + list(extra_headers), body, done)
+                if done:
+                    break
             elif msg["type"] == "http.response.body":
                 chunk = msg.get("body", b"")
                 if chunk:
@@ -100,6 +111,24 @@ async def call_asgi(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+def _ready_body(out: asyncio.Queue[dict[str, Any] | None]) -> tuple[bytes, bool]:
+    """The body messages already queued, joined, and whether the last one ended the body.
+    Only messages that are waiting are taken (never waits), so a stream's first chunk is
+    never held back for more."""
+    parts: list[bytes] = []
+    while not out.empty():
+        msg = out.get_nowait()
+        if msg is None:  # the app ended without finishing its body: the caller sees the end
+            out.put_nowait(None)
+            break
+        if msg["type"] != "http.response.body":
+            continue
+        parts.append(bytes(msg.get("body", b"")))
+        if not msg.get("more_body", False):
+            return b"".join(parts), True
+    return b"".join(parts), False
 
 
 class Lifespan:

@@ -1,20 +1,25 @@
 """The fleet's ingress deployment: every HTTP request goes through here to one replica.
 
-It reads only what routing needs (`hints.read_hint`), forwards method, path, headers and body
-unchanged (except a moved context's id, rewritten to the id its new replica knows), and
-streams the replica's response back chunk by chunk. Auth is the replicas' own, on every
-request; the ingress checks keys only for /v1/fleet, which no replica serves."""
+The ingress is the fleet's HTTP server itself (uvicorn in its own process, on the fleet's
+address); Ray Serve's HTTP proxy is not started, since it would put one more process hop
+(and a call back for the body) in front of every request. It reads only what routing needs
+(`hints.read_hint`), forwards method, path, headers and body unchanged (except a moved
+context's id, rewritten to the id its new replica knows), and streams the replica's
+response back chunk by chunk. Auth is the replicas' own, on every request; the ingress
+checks keys only for /v1/fleet, which no replica serves."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from starlette.requests import Request
+import uvicorn
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..auth import KeyRing, bearer_token
@@ -31,6 +36,8 @@ log = logging.getLogger("llamay.fleet")
 HOP = {b"host", b"content-length", b"transfer-encoding", b"connection", b"keep-alive"}
 CREATES = ("/v1/contexts", "/v1/contexts/restore")
 RETRY_AFTER = "1"
+BODY_TIMEOUT = 120.0  # seconds a client may take to send a request body (then 408)
+MAX_CONNECTIONS = 1024  # open client connections before the endpoint answers 503
 
 
 def error_response(path: str, status: int, message: str, retry_after: str | None = RETRY_AFTER) -> Response:
@@ -44,6 +51,21 @@ def error_response(path: str, status: int, message: str, retry_after: str | None
         body = {"error": {"message": message, "type": "server_error", "code": "unavailable"}}
     headers = {"Retry-After": retry_after} if retry_after else {}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def whole_response(head: Head, data: bytes) -> Response:
+    """A reply read whole, with the replica's headers and its (possibly new) length."""
+    resp = Response(data, status_code=head.status)
+    resp.raw_headers = [(k, v) for k, v in head.headers if k.lower() not in HOP]
+    resp.raw_headers.append((b"content-length", str(len(data)).encode()))
+    return resp
+
+
+async def body_of(head: Head, gen: Any) -> bytes:
+    """The whole body of a reply whose `head` was read from `gen`."""
+    if head.done:
+        return head.body
+    return head.body + b"".join([c async for c in gen])
 
 
 def stream_error(content_type: str, message: str) -> bytes:
@@ -65,6 +87,35 @@ class LlamayIngress:
         self.control: dict[str, Any] = {}
         self.recovery = Recovery(spec, self.know, replicas) if spec.state_dir else None
         self._bg: asyncio.Task[None] | None = None
+        self._http: asyncio.Task[None] | None = None
+
+    # -- the HTTP endpoint ---------------------------------------------------------------
+    async def serve_http(self) -> None:
+        """Listen on the fleet's address in this process, unless already listening. The
+        process that deploys the fleet calls this once the ingress is up; `check_health`
+        calls it too, so an ingress Ray restarts listens again by itself."""
+        if self._http is not None and not self._http.done():
+            return
+        from ..api.serving import _base_protocol, bind, guarded_protocol
+
+        sock = bind(self.spec.host, self.spec.port)  # a busy port fails here, plainly
+        config = uvicorn.Config(
+            self.asgi,
+            http=guarded_protocol(_base_protocol(), header_timeout=10.0),
+            limit_concurrency=MAX_CONNECTIONS,
+            timeout_keep_alive=5,
+            interface="asgi3",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+        )
+        self._http = asyncio.create_task(QuietServer(config).serve(sockets=[sock]))
+
+    async def asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        response = await self.__call__(Request(scope, receive))
+        await response(scope, receive, send)
 
     async def live(self) -> list[Any]:
         """The live replicas. Ray builds our router (which learns them) on the first call
@@ -80,6 +131,12 @@ class LlamayIngress:
             views = self.know.live()
         return views
 
+    async def check_health(self) -> None:
+        # Ray calls this every few seconds from the start, so recovery runs even before the
+        # first request (a fleet restarted on a state directory restores contexts at once).
+        self._ensure_background()
+        await self.serve_http()
+
     def _ensure_background(self) -> None:
         if self.recovery is not None and self._bg is None:
             self._bg = asyncio.create_task(self.recovery.run())
@@ -90,13 +147,23 @@ class LlamayIngress:
         path = request.url.path
         if path == "/v1/fleet" or path.startswith("/v1/fleet/"):
             return await self.fleet_route(request)
-        body = await request.body()
+        try:
+            body = await asyncio.wait_for(request.body(), BODY_TIMEOUT)
+        except TimeoutError:
+            return error_response(path, 408, "the request body did not arrive in time", None)
+        except ClientDisconnect:
+            return Response(status_code=400)
         hint = read_hint(request.method, path, dict(request.query_params), body)
         if request.method == "GET" and path == "/v1/contexts":
             return await self.list_contexts(request)
+        renamed: str | None = None
         if hint.context is not None:
             found = await self.locate(hint.context, request)
-            if found is None and self.recovery is not None and self.know.holder_lost(hint.context):
+            if (
+                found is None
+                and self.recovery is not None
+                and (self.know.holder_lost(hint.context) or self.recovery.pending(hint.context))
+            ):
                 return error_response(
                     path, 503, f"context '{hint.context}' is being restored; retry shortly", "2"
                 )
@@ -104,6 +171,7 @@ class LlamayIngress:
                 local = found[1]
                 if local != hint.context:
                     path, body = rewrite_context(path, body, hint, local)
+                    renamed = hint.context
         fwd = Forwarded(
             request.method,
             path,
@@ -112,9 +180,11 @@ class LlamayIngress:
             body,
             (request.client.host, request.client.port) if request.client else None,
         )
-        return await self.forward(hint, fwd, original=request.url.path)
+        return await self.forward(hint, fwd, original=request.url.path, renamed=renamed)
 
-    async def forward(self, hint: RouteHint, fwd: Forwarded, original: str) -> Response:
+    async def forward(
+        self, hint: RouteHint, fwd: Forwarded, original: str, renamed: str | None = None
+    ) -> Response:
         gen = self.replicas.options(stream=True).handle.remote(hint, fwd)
         try:
             head = await gen.__anext__()
@@ -126,9 +196,16 @@ class LlamayIngress:
         ctype = dict(head.headers).get(b"content-type", b"").decode()
         if fwd.method in ("POST", "DELETE") and fwd.path.startswith("/v1/contexts"):
             return await self._context_reply(hint, fwd, head, gen, replica)
+        if renamed is not None and fwd.method == "GET" and fwd.path.count("/") == 3:
+            return await self._renamed_reply(renamed, head, gen)
+
+        if head.done:  # the whole reply came with its head: nothing more to read
+            return whole_response(head, head.body)
 
         async def rest() -> AsyncIterator[bytes]:
             try:
+                if head.body:
+                    yield head.body
                 async for chunk in gen:
                     yield chunk
             except Exception as exc:
@@ -147,7 +224,7 @@ class LlamayIngress:
         """Context create / fork / restore / delete replies are small JSON: read whole, learn
         which replica now holds which id, pass on unchanged."""
         try:
-            data = b"".join([c async for c in gen])
+            data = await body_of(head, gen)
         except Exception:
             return error_response(fwd.path, 503, "the replica went away while answering; retry")
         if head.status == 200:
@@ -162,9 +239,23 @@ class LlamayIngress:
             elif fwd.path.endswith("/fork"):
                 for item in got.get("data") or []:
                     self.know.learn(item["id"], replica)
-        resp = Response(data, status_code=head.status)
-        resp.raw_headers = [(k, v) for k, v in head.headers if k.lower() not in HOP]
-        return resp
+        return whole_response(head, data)
+
+    async def _renamed_reply(self, fid: str, head: Head, gen: Any) -> Response:
+        """GET /v1/contexts/{id} of a moved context: the record under the id the caller
+        used (its fleet-wide id), not the one its new replica gave it."""
+        try:
+            data = await body_of(head, gen)
+        except Exception:
+            return error_response("/v1/contexts", 503, "the replica went away while answering; retry")
+        if head.status == 200:
+            try:
+                got = json.loads(data)
+            except ValueError:
+                got = None
+            if isinstance(got, dict) and "id" in got:
+                data = json.dumps({**got, "id": fid}).encode()
+        return whole_response(head, data)
 
     async def locate(self, fid: str, request: Request) -> tuple[str, str] | None:
         """The holder of context `fid`: known, reported by a replica, or found by asking
@@ -187,7 +278,7 @@ class LlamayIngress:
         async def go() -> tuple[int, bytes]:
             gen = self.replicas.options(stream=True).handle.remote(RouteHint(pin=uid), fwd)
             head = await gen.__anext__()
-            return head.status, b"".join([c async for c in gen])
+            return head.status, await body_of(head, gen)
 
         try:
             return await asyncio.wait_for(go(), timeout)
@@ -279,3 +370,11 @@ class LlamayIngress:
         if self.recovery is not None:
             self.recovery.save_aliases()
         return moved
+
+
+class QuietServer(uvicorn.Server):
+    """uvicorn without its signal handlers: Ray owns this process's signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield

@@ -35,8 +35,14 @@ class Recovery:
         self.replicas = replicas
         self.root = Path(spec.state_dir) / "checkpoints"
         self.aliases = Path(spec.state_dir) / "aliases.json"
+        self.homes = Path(spec.state_dir) / "replicas"
         self.restored = 0
+        self._pending: set[str] = set()
         self._load_aliases()
+        # Before any replica is known live, every checkpointed id counts as pending: a
+        # request for one of them then waits (503) instead of meeting a 404 in the seconds
+        # before the first sweep. Ids a live replica holds are found there first.
+        self._scan(set())
 
     def _load_aliases(self) -> None:
         try:
@@ -66,11 +72,25 @@ class Recovery:
                 log.exception("context recovery pass failed")
             await asyncio.sleep(self.spec.checkpoint_every)
 
+    def pending(self, fid: str) -> bool:
+        """Whether `fid` is checkpointed by a replica that is not live and not yet restored
+        (its requests get 503 + Retry-After until it is, rather than a 404)."""
+        return fid in self._pending
+
+    def _scan(self, live: set[str]) -> None:
+        found: set[str] = set()
+        if self.root.is_dir():
+            for folder in self.root.iterdir():
+                if folder.is_dir() and folder.name not in live:
+                    found |= {self.know.fleet_id(folder.name, local) for local, _ in saved(folder)}
+        self._pending = found
+
     async def sweep(self) -> int:
         """One pass; the number of contexts restored."""
         live = {v.uid for v in self.know.live()}
         if not live:
             return 0
+        self._scan(live)
         done = 0
         for folder in orphans(self.root, live, self.spec.stale_after):
             failed = False
@@ -83,10 +103,14 @@ class Recovery:
                     failed = True
                     continue
                 self.know.learn(fid, uid, new)
+                self._pending.discard(fid)
                 path.unlink(missing_ok=True)
                 done += 1
             if not failed:
                 shutil.rmtree(folder, ignore_errors=True)
+                # The dead replica's home held the same contexts (and its lock): nothing
+                # there is used again, and a fleet restarted many times would pile them up.
+                shutil.rmtree(self.homes / folder.name, ignore_errors=True)
             log.info("restored a dead replica's contexts", extra={"replica": folder.name, "contexts": done})
         if done:
             self.restored += done

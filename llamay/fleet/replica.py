@@ -58,6 +58,7 @@ class LlamayReplica:
         self.lifespan = Lifespan(self.app)
         self._started = False
         self._ckpt_task: asyncio.Task[None] | None = None
+        self._written: dict[str, int] = {}  # context id -> tokens in its last checkpoint
         root = spec.checkpoints()
         self.ckpt = Checkpoints(root, self.uid) if root is not None else None
         self.header = ((REPLICA_HEADER.encode(), self.uid.encode()),)
@@ -150,30 +151,35 @@ class LlamayReplica:
 
     # -- checkpoints -------------------------------------------------------------------
     async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.spec.checkpoint_every)
+            try:
+                await self._checkpoint_pass()
+            except Exception:
+                log.exception("checkpoint pass failed")
+
+    async def _checkpoint_pass(self) -> None:
+        """Heartbeat, then write each context whose length changed since its last write
+        and drop the checkpoints of contexts that are gone."""
         from ..chat.contexts import ContextService
 
         assert self.ckpt is not None
         service = ContextService(self.runtime)
-        written: dict[str, int] = {}
-        while True:
-            await asyncio.sleep(self.spec.checkpoint_every)
+        written = self._written
+        self.ckpt.heartbeat()
+        now = {cid: n for _, cid, n in await self._contexts()}
+        for cid, n in now.items():
+            if written.get(cid) == n:
+                continue
             try:
-                self.ckpt.heartbeat()
-                now = {cid: n for _, cid, n in await self._contexts()}
-                for cid, n in now.items():
-                    if written.get(cid) == n:
-                        continue
-                    try:
-                        _, data = await service.snapshot(cid)
-                    except Exception:  # busy or gone: the next pass tries again
-                        continue
-                    await asyncio.to_thread(self.ckpt.write, cid, data)
-                    written[cid] = n
-                for cid in set(written) - set(now):
-                    self.ckpt.remove(cid)
-                    del written[cid]
-            except Exception:
-                log.exception("checkpoint pass failed")
+                _, data = await service.snapshot(cid)
+            except Exception:  # busy or gone: the next pass tries again
+                continue
+            await asyncio.to_thread(self.ckpt.write, cid, data)
+            written[cid] = n
+        for cid in set(written) - set(now):
+            self.ckpt.remove(cid)
+            del written[cid]
 
     # -- graceful stop -----------------------------------------------------------------
     async def no_drain(self, hint: RouteHint) -> None:
@@ -186,10 +192,13 @@ class LlamayReplica:
         has nowhere to move them: they stay in the home and, with a state directory, in the
         checkpoints, which the next fleet on that directory restores."""
         moved = False
+        keep = getattr(self, "_no_drain", False)
         try:
             if self._ckpt_task is not None:
                 self._ckpt_task.cancel()
-            items = [] if getattr(self, "_no_drain", False) else await self.export_contexts(RouteHint())
+                if keep:  # the next fleet restores from checkpoints: make them current
+                    await self._checkpoint_pass()
+            items = [] if keep else await self.export_contexts(RouteHint())
             if items:
                 from ray import serve
 
@@ -197,7 +206,7 @@ class LlamayReplica:
                 done = await asyncio.wait_for(ingress.take_contexts.remote(self.uid, items), timeout=30)
                 moved = done == len(items)
                 log.info("drained contexts", extra={"replica": self.uid, "moved": done, "of": len(items)})
-            elif not getattr(self, "_no_drain", False):
+            elif not keep:
                 moved = True
         except Exception:
             log.exception("draining contexts failed; they stay in this replica's home")

@@ -1,4 +1,5 @@
-"""Our Ray Serve request router: `routing.rank` over the replicas Ray gives us.
+"""Our Ray Serve request routers: `routing.rank` over the replicas Ray gives us, and, for
+`-router ray`, Ray's own power-of-two choices with only our bookkeeping added.
 
 Ray builds the router inside the process that holds the deployment handle (the ingress), so
 the ingress and the router share one `FleetKnowledge` through `routing.knowledge(name)`. Ray
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
 from ray.serve.request_router import (
     FIFOMixin,
     PendingRequest,
@@ -22,7 +24,7 @@ from ray.serve.request_router import (
 # imported from our modules would travel as a copy (isinstance against the copy fails).
 from . import hints, routing
 
-__all__ = ["LlamayRouter", "hint_of"]
+__all__ = ["LlamayRouter", "RayDefaultRouter", "hint_of"]
 
 
 def hint_of(pending: PendingRequest | None) -> hints.RouteHint:
@@ -60,6 +62,11 @@ class LlamayRouter(FIFOMixin, RequestRouter):
         candidate_replicas: list[RunningReplica],
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
+        if pending_request is not None:
+            # Ray sleeps between rounds only when told to; without it, a round that finds no
+            # replica (a pinned one that left, every one full) is retried at once, forever,
+            # on the router's loop.
+            pending_request.routing_context.should_backoff = True
         by_uid = {r.replica_id.unique_id: r for r in candidate_replicas}
         ranks = routing.rank(hint_of(pending_request), [self._view(r) for r in candidate_replicas], self.know,
                      self.bound)  # fmt: skip
@@ -69,6 +76,40 @@ class LlamayRouter(FIFOMixin, RequestRouter):
         self, pending_request: PendingRequest, replica_id: ReplicaID, result: ReplicaResult
     ) -> None:
         self.know.record_sent(replica_id.unique_id, hint_of(pending_request))
+
+    def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
+        super().on_replica_actor_died(replica_id)
+        self.know.mark_dead(replica_id.unique_id)
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        super().update_replicas(replicas)
+        self.know.set_live({r.replica_id.unique_id for r in replicas}, self.views())
+
+
+class RayDefaultRouter(PowerOfTwoChoicesRequestRouter):
+    """Ray Serve's default policy (`-router ray`, the baseline to compare against), unchanged
+    for every client request. Two additions that do not route: the ingress learns the live
+    replicas (for `/v1/fleet` and pinned calls), and the ingress's own pinned calls (status,
+    context lists) reach the replica they name."""
+
+    def initialize_state(self, fleet: str = "llamay", **_: Any) -> None:
+        self.know = routing.knowledge(fleet)
+
+    def views(self) -> list[routing.ReplicaView]:
+        return [routing.ReplicaView(uid=r.replica_id.unique_id, load=self._replica_queue_len_cache.get(r.replica_id))
+                for r in self._replicas.values()]  # fmt: skip
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        pin = hint_of(pending_request).pin
+        if pin is None:
+            return await super().choose_replicas(candidate_replicas, pending_request)
+        if pending_request is not None:
+            pending_request.routing_context.should_backoff = True
+        return [[r for r in candidate_replicas if r.replica_id.unique_id == pin]]
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)

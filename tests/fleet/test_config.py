@@ -26,8 +26,17 @@ def test_autoscaling_flags_become_ray_serve_autoscaling() -> None:
 
 
 def test_our_router_unless_asked_for_rays_own() -> None:
-    assert "LlamayRouter" in str(_replica_options(SPEC)["request_router_config"].request_router_class)
-    assert "request_router_config" not in _replica_options(replace(SPEC, router="ray"))
+    ours = _replica_options(SPEC)["request_router_config"]
+    assert ours.request_router_class.endswith(".LlamayRouter")
+    # -router ray: Ray's default policy, in our subclass that only keeps the ingress informed
+    from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
+
+    from llamay.fleet.router import LlamayRouter, RayDefaultRouter
+
+    theirs = _replica_options(replace(SPEC, router="ray"))["request_router_config"]
+    assert theirs.request_router_class.endswith(".RayDefaultRouter")
+    assert RayDefaultRouter.__mro__[1] is PowerOfTwoChoicesRequestRouter
+    assert not issubclass(LlamayRouter, PowerOfTwoChoicesRequestRouter)
 
 
 def test_a_scale_changes_only_the_replica_count() -> None:

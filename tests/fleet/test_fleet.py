@@ -186,6 +186,7 @@ def test_scale_down_moves_the_leaving_replicas_contexts(cli_fleet: Fleet) -> Non
         assert got.status_code == 200, (cid, got.text, cli_fleet.log())
         assert got.headers[REPLICA_HEADER] == left["replica"]
         assert got.json()["tokens"] == tokens
+        assert got.json()["id"] == cid  # the fleet-wide id, whatever the new replica calls it
         r = httpx.post(cli_fleet.base + "/v1/completions", headers=ALICE, timeout=60,
                        json={"prompt": prompt + "and more", "llamay_session": cid, "max_tokens": 2})  # fmt: skip
         assert r.status_code == 200, r.text
