@@ -90,7 +90,7 @@ def test_a_new_fleet_on_the_same_state_directory_restores_the_contexts(
     serve.delete("first")
     assert sum(1 for _ in (state / "checkpoints").glob("*/*.llamayctx")) == len(made)
 
-    deploy(spec_of(tiny_model_path, state, port, "second", "llamay"))
+    second = deploy(spec_of(tiny_model_path, state, port, "second", "llamay"))
     fleet_rows(base, 2)
     for cid, tokens in made.items():
         deadline = time.monotonic() + 60
@@ -117,4 +117,5 @@ def test_a_new_fleet_on_the_same_state_directory_restores_the_contexts(
     # The first fleet's replicas left nothing behind once their contexts were restored.
     gone = {p.name for p in (state / "replicas").iterdir()} - {r["replica"] for r in fleet_rows(base, 2)}
     assert not gone, gone
+    second.prepare_down.remote().result(timeout_s=30)  # as `fleet down` does: no moves
     serve.delete("second")
