@@ -48,7 +48,7 @@ BASELINE_PIP = "fastapi sse-starlette pydantic-settings starlette-context"
 BASELINE_PARITY = [
     *("--interrupt_requests", "False"),  # default True cuts a stream short when another request arrives
     *("--logits_all", "False"),  # default True computes and copies logits for every prompt token
-    *("--flash_attn", "False"),  # as llamay's context (flash attention off)
+    *("--flash_attn", "True"),  # as llamay's context (flash attention on, llama.cpp's own kernels)
 ]
 # llamay / llama-server, same run: at least these (TTFT: llama-server's / llamay's).
 TARGETS = {

@@ -38,7 +38,7 @@ def write_keys(path: Path) -> Path:
 def server(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
     home = tmp_path_factory.mktemp("tenants")
     keys = write_keys(home / "keys.json")
-    args = ["-ctx", "4096", "-keys", str(keys), "-body-timeout", "3s", "-header-timeout", "2s"]
+    args = ["-ctx", "16384", "-keys", str(keys), "-body-timeout", "3s", "-header-timeout", "2s"]
     with start_server(tiny_model_path, *args, home=home / "h", env={"LLAMAY_CLIENT_TIMEOUT": "2"}) as s:
         yield s
 
@@ -117,7 +117,7 @@ def test_a_stalled_ndjson_reader_is_dropped_and_its_kv_freed(server: ServerProc)
     assert isinstance(ollama_ndjson(lines()), GuardedStream)  # the guard every stream type has
     body = json.dumps({
         "model": "tiny-llama", "prompt": "hi", "stream": True, "logprobs": True, "top_logprobs": 20,
-        "options": {"num_predict": 4000},  # ~6 MB of lines: more than the socket buffers hold
+        "options": {"num_predict": 16000},  # ~24 MB of lines, generated for longer than the 2 s stall limit
     }).encode()  # fmt: skip
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting, so it holds
