@@ -54,8 +54,9 @@ def _replica_options(spec: FleetSpec) -> dict[str, Any]:
             "max_replicas": spec.max_replicas,
             "initial_replicas": spec.replicas,
             "target_ongoing_requests": spec.target_ongoing or 4,
-            "upscale_delay_s": 5,
-            "downscale_delay_s": 30,
+            "upscale_delay_s": spec.upscale_delay,
+            "downscale_delay_s": spec.downscale_delay,
+            "look_back_period_s": spec.look_back,
         }
     else:
         opts["num_replicas"] = spec.replicas

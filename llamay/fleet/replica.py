@@ -181,6 +181,12 @@ class LlamayReplica:
             self.ckpt.remove(cid)
             del written[cid]
 
+    async def _stop_checkpoints(self) -> None:
+        task, self._ckpt_task = self._ckpt_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})  # its pass is over before the folder is dropped
+
     # -- graceful stop -----------------------------------------------------------------
     async def no_drain(self, hint: RouteHint) -> None:
         """The whole fleet is going down: keep contexts here (home, checkpoints) on stop."""
@@ -194,10 +200,12 @@ class LlamayReplica:
         moved = False
         keep = getattr(self, "_no_drain", False)
         try:
-            if self._ckpt_task is not None:
-                self._ckpt_task.cancel()
-                if keep:  # the next fleet restores from checkpoints: make them current
+            if keep:  # the next fleet restores from checkpoints: make them current
+                await self._stop_checkpoints()
+                if self.ckpt is not None:
                     await self._checkpoint_pass()
+            # While draining, the checkpointer keeps its heartbeat: a drain longer than
+            # `stale_after` must not look like a death (its contexts restored twice).
             items = [] if keep else await self.export_contexts(RouteHint())
             if items:
                 from ray import serve
@@ -210,6 +218,7 @@ class LlamayReplica:
                 moved = True
         except Exception:
             log.exception("draining contexts failed; they stay in this replica's home")
+        await self._stop_checkpoints()
         if moved and self.ckpt is not None:
             self.ckpt.drop()
         with contextlib.suppress(Exception):

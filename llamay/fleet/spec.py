@@ -33,6 +33,9 @@ class FleetSpec:
     min_replicas: int | None = None
     max_replicas: int | None = None
     target_ongoing: float | None = None
+    upscale_delay: float = 5.0  # autoscaling: seconds of load before a replica is added
+    downscale_delay: float = 30.0  # autoscaling: seconds of idleness before one is removed
+    look_back: float = 30.0  # autoscaling: seconds of load averaged for each decision
     checkpoint_every: float = 1.0  # seconds between checkpoint passes
     stale_after: float = 4.0  # a replica silent this long is taken as dead
 
