@@ -65,9 +65,10 @@ class SeqPool:
         stash_bytes: int = 0,
         idle_after: int | None = 64,
     ) -> None:
-        """`budget`: how many positions unpinned entries may hold in all. Every KV cell in
-        use widens the attention of every later step (masked cells are still read), so
-        entries beyond the budget leave the KV cache (LRU). `stash_bytes` > 0 keeps the
+        """`budget`: how many positions unpinned entries may hold in all, so that cached
+        prefixes leave room for running requests (and, without flash attention, do not widen
+        every later step's attention, which reads masked cells too); entries beyond it leave
+        the KV cache (LRU). `stash_bytes` > 0 keeps the
         state of entries that leave in RAM, and an unpinned entry no running request shares
         leaves once `idle_after` tokens were computed since its last use, doubled for each hit
         it served (at most 64x): prefixes in steady use, like a shared system prompt, stay.
