@@ -31,7 +31,7 @@ from .prompt_scoring import score_row
 from .repetition import structural_tokens
 from .request import GenerateRequest, Handle, Sink
 from .sampling_step import Outcome, sample_step
-from .scheduler import Admission, preempt, schedule
+from .scheduler import Admission, choose_leader, preempt, schedule
 from .sequence import Sequence
 
 __all__ = ["Engine", "EngineConfig"]
@@ -253,6 +253,9 @@ class Engine:
             seq.n_past = seq.n_cached = self.kv.attach(
                 seq_id, seq.tokens, limit, context_id=context_id, share=req.cache, namespace=req.namespace
             )
+            seq.share_limit = limit
+            if context_id is None and req.cache:
+                self._follow(seq)
         except Exception as exc:
             self.kv.release(seq_id)
             self.kv.abandon(req.session)
@@ -260,6 +263,38 @@ class Engine:
             return None
         self.kv.expect(len(seq.tokens) - seq.n_past)
         return seq
+
+    def _follow(self, seq: Sequence) -> None:
+        """If a running request of the same namespace (and caching too) has a prompt that
+        starts like `seq`'s, further than what `seq` got from the cache, `seq` takes those
+        positions from it instead of computing them a second time: at once if they are
+        computed, else once they are (`_join`). Only prompt positions are shared, as with
+        cached prefixes, so the output is the same either way."""
+        ns = seq.request.namespace
+        leaders = [
+            r
+            for r in self._running
+            if r.follows is None and r.request.cache and r.request.session is None and r.request.namespace == ns
+        ]
+        pick = choose_leader(seq.tokens, seq.n_past, seq.share_limit, [r.tokens[: r.n_prompt] for r in leaders])
+        if pick is not None:
+            seq.follows, seq.follow_to = leaders[pick[0]], pick[1]
+            self._join(seq)
+
+    def _join(self, s: Sequence) -> None:
+        """Give follower `s` its leader's cells once they are computed; if the leader left
+        first (finished: its prompt is now a cache entry; aborted or put back: maybe
+        not), `s` starts from the cache again and computes the rest itself."""
+        lead = s.follows
+        if lead is None:
+            return
+        if lead.done or lead not in self._running:
+            s.follows = None
+            s.n_past = s.n_cached = self.kv.reattach(s.seq_id, s.tokens, s.share_limit, s.request.namespace)
+        elif lead.n_past >= s.follow_to:
+            s.follows = None
+            self.kv.share_running(lead.seq_id, s.seq_id, s.follow_to)
+            s.n_past = s.n_cached = s.follow_to
 
     def _structural_tokens(self) -> Any:
         if self._structural is None:
@@ -274,13 +309,16 @@ class Engine:
             self._running = [s for s in self._running if not s.done]
         if not self._running:
             return
-        plan = schedule(self._running, self.ctx.n_batch)
+        for s in self._running:
+            self._join(s)
+        ready = [s for s in self._running if s.follows is None]
+        plan = schedule(ready, self.ctx.n_batch)
         batch = self.ctx.batch
         batch.clear()
         rows: list[tuple[Sequence, int]] = []
         scored: list[tuple[Sequence, int, int]] = []  # (sequence, prompt position, batch row)
         for sl in plan:
-            s = self._running[sl.index]
+            s = ready[sl.index]
             last = sl.start + sl.count - 1
             score = s.request.prompt_logprobs is not None
             for pos in range(sl.start, sl.start + sl.count):
@@ -297,13 +335,13 @@ class Engine:
         self.stats.decode_seconds += spent
         self.stats.steps += 1
         if status == DecodeStatus.NO_KV_SLOT:
-            self._relieve_kv([sl.index for sl in plan])
+            self._relieve_kv([self._running.index(ready[sl.index]) for sl in plan])
             return
         if status != DecodeStatus.OK:
             raise EngineError(f"llama_decode failed with status {status}")
         for sl in plan:
-            self._running[sl.index].n_past += sl.count
-            self._running[sl.index].decode_seconds += spent
+            ready[sl.index].n_past += sl.count
+            ready[sl.index].decode_seconds += spent
         self.kv.age(batch.n)
         for s, pos, row in scored:
             k = s.request.prompt_logprobs or 0

@@ -17,7 +17,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-__all__ = ["Admission", "Preemptible", "Preemption", "Schedulable", "Slice", "Verdict", "preempt", "schedule"]
+__all__ = [
+    "MIN_FOLLOW",
+    "Admission",
+    "Preemptible",
+    "Preemption",
+    "Schedulable",
+    "Slice",
+    "Verdict",
+    "choose_leader",
+    "common_prefix",
+    "preempt",
+    "schedule",
+]
 
 
 class Schedulable(Protocol):
@@ -108,6 +120,41 @@ class Admission:
         """A request of `n_prompt` tokens is now running (it needs one more to generate)."""
         self.n_running += 1
         self.used += n_prompt + 1
+
+
+# A request waits for another to compute a shared prefix only if it gains this many positions.
+MIN_FOLLOW = 32
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """How many leading tokens `a` and `b` share, at most `limit` (C-speed comparisons)."""
+    hi = min(len(a), len(b), limit)
+    if hi <= 0 or a[:hi] == b[:hi]:
+        return max(hi, 0)
+    lo = 0  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def choose_leader(
+    tokens: Sequence[int], have: int, limit: int, prompts: Sequence[Sequence[int]]
+) -> tuple[int, int] | None:
+    """Which running request's prompt (`prompts`, the ones a new request may share) to take
+    the first positions of `tokens` from: the index of the one sharing the longest prefix
+    (at most `limit` tokens) and that length, when it beats the `have` positions the request
+    already holds by at least MIN_FOLLOW; else None. Eight clients sending documents under
+    one instruction then compute the instruction once, not eight times side by side."""
+    best: tuple[int, int] | None = None
+    for i, p in enumerate(prompts):
+        n = common_prefix(tokens, p, limit)
+        if n >= have + MIN_FOLLOW and (best is None or n > best[1]):
+            best = (i, n)
+    return best
 
 
 class Preemptible(Protocol):

@@ -39,6 +39,11 @@ class Sequence:
         self.n_prompt = len(req.tokens)
         self.n_past = 0
         self.n_cached = 0
+        # A running request whose prompt starts like this one's: this one computes nothing
+        # until `follows` has computed `follow_to` positions, then shares its cells.
+        self.follows: Sequence | None = None
+        self.follow_to = 0
+        self.share_limit = 0  # the most positions this request may take from others
         self.prompt_scores: list[PromptLogprob] = []  # see GenerateRequest.prompt_logprobs
         params: SamplingParams = req.sampling
         self.sampler = Sampler(params, n_vocab, seed, req.tokens, pieces)  # pieces: DRY's breakers

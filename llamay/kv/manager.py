@@ -160,6 +160,18 @@ class KvManager:
         self.ops.seq_cp(holder, seq, 0, n)
         return n
 
+    def share_running(self, src: int, dst: int, n: int) -> None:
+        """Make `dst` hold exactly positions [0, n) of running sequence `src`, which computed
+        them as prompt (what `dst` held, a shorter cached prefix, is dropped first)."""
+        self.ops.seq_rm(dst)
+        self.ops.seq_cp(src, dst, 0, n)
+
+    def reattach(self, seq: int, tokens: list[int], limit: int, namespace: str) -> int:
+        """Start `seq` over from the longest cached prefix of `tokens` (as `attach` with
+        `share`), dropping what it held; the positions it now holds."""
+        self.ops.seq_rm(seq)
+        return self.pool.attach(seq, tokens, limit, namespace)
+
     def expect(self, n_tokens: int) -> None:
         """`n_tokens` are about to be computed (see SeqPool.expect)."""
         self.pool.expect(n_tokens)

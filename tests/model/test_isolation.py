@@ -26,7 +26,9 @@ CARL = {"Authorization": "Bearer carl-key"}
 DORA = {"Authorization": "Bearer dora-key"}
 SECRET = "Board minutes, strictly private. The merger target is Acme Corporation. " * 4
 GUESS_RIGHT = SECRET
-GUESS_WRONG = SECRET.replace("Acme", "Beta")
+# Wrong from its first word: bob's two guesses run side by side, and requests of one tenant
+# that start alike share their common start (the cached_tokens of bob's own prefix).
+GUESS_WRONG = SECRET.replace("Board", "Staff").replace("Acme", "Beta")
 COMMON = "You are the helpdesk assistant of Example Ltd. Answer briefly and politely. " * 4
 
 

@@ -93,3 +93,24 @@ def test_an_idle_prefix_still_hits(tiny_model_path: Path, tmp_path: Path, flash_
         cold_client = openai.OpenAI(base_url=cold_server.url, api_key="x", max_retries=0)
         cold, _, c0 = ask(cold_client, msgs, 20)
     assert c0 == 0 and warm == cold
+
+
+def test_prompts_read_together_compute_their_common_start_once(tiny_model_path: Path, tmp_path: Path) -> None:
+    """Four prompts that start alike, submitted together and read 16 tokens a step (so all
+    four are running before the first has read its start): one computes the common start,
+    the others wait for it and share its cells, and each says what it would alone."""
+    system = "Summarise the document that follows in one line. " * 12
+    prompts = [system + f"Document {i}: the {w} arrived late." for i, w in enumerate(["cat", "van", "mail", "rain"])]
+    with start_server(tiny_model_path, "-ctx", "4096", "-batch", "16", home=tmp_path) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0, timeout=60)
+        together = client.completions.create(model="", prompt=prompts, temperature=0, max_tokens=8)
+        assert together.usage.prompt_tokens_details is not None
+        cached = together.usage.prompt_tokens_details.cached_tokens
+        shared = tokens_of(server, system) - 2  # (after: this request caches the start too)
+        assert 3 * shared <= cached < 4 * shared  # every prompt but the first took the common start
+        for choice in together.choices:
+            alone = httpx.post(server.url + "/completions", timeout=60,
+                           json={"prompt": prompts[choice.index], "temperature": 0, "max_tokens": 8,
+                                 "cache_prompt": False}).json()  # fmt: skip
+            assert alone["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+            assert choice.text == alone["choices"][0]["text"]
