@@ -87,6 +87,10 @@ class Context:
         p.n_batch = config.n_batch
         p.n_ubatch = config.n_batch
         p.n_seq_max = config.n_seq_max
+        # llama.cpp reserves an output row per sequence at creation and aborts the process
+        # when that exceeds its default cap of n_batch outputs (a batch of 16 with 32
+        # sequences); a step still never outputs more rows than it has tokens.
+        p.n_outputs_max = max(config.n_batch, config.n_seq_max)
         p.n_threads = config.n_threads
         p.n_threads_batch = config.n_threads_batch
         p.kv_unified = True
