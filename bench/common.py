@@ -1,4 +1,5 @@
-"""Shared helpers for benchmarks: server subprocesses on 127.0.0.1, percentiles, JSON output."""
+"""Shared helpers for benchmarks: server subprocesses on 127.0.0.1, server-sent events lines,
+percentiles, machine load, JSON output."""
 
 from __future__ import annotations
 
@@ -23,10 +24,13 @@ __all__ = [
     "Server",
     "ServerError",
     "free_port",
+    "llamay_serve_argv",
     "log_tail",
+    "machine_info",
     "percentile",
     "print_json",
     "running_server",
+    "sse_data",
     "start_server",
     "stop_server",
 ]
@@ -55,6 +59,12 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
+
+
+def llamay_serve_argv(model: str | Path, port: int, *extra: str) -> list[str]:
+    """`llamay serve` on `model`, listening on HOST:port, run by this interpreter (so by the
+    checkout and the environment the benchmark runs from)."""
+    return [sys.executable, "-m", "llamay", "serve", "-m", str(model), "-addr", f"{HOST}:{port}", *extra]
 
 
 def log_tail(path: Path, lines: int = 30) -> str:
@@ -146,6 +156,21 @@ def percentile(values: Sequence[float], p: float) -> float:
     lo = math.floor(rank)
     hi = min(lo + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
+
+
+def sse_data(line: str) -> str | None:
+    """The payload of a server-sent events `data:` line, stripped; None for any other line."""
+    return line[5:].strip() if line.startswith("data:") else None
+
+
+def machine_info(load_start: tuple[float, float, float], busy_warning: str) -> dict[str, Any]:
+    """CPU count and load averages (os.getloadavg() taken at the start, and now), with
+    `busy_warning` under "warning" when other processes kept over half the CPUs busy at the start."""
+    cpus = os.cpu_count() or 1
+    info: dict[str, Any] = {"cpus": cpus, "loadavg_start": load_start, "loadavg_end": os.getloadavg()}
+    if load_start[0] > 0.5 * cpus:
+        info["warning"] = busy_warning
+    return info
 
 
 def _finite(obj: Any) -> Any:

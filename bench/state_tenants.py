@@ -33,7 +33,24 @@ from typing import Any
 
 import httpx
 
-from .common import HOST, Server, free_port, print_json, start_server, stop_server
+from .common import Server, free_port, llamay_serve_argv, print_json, start_server, stop_server
+from .state_common import (
+    FULL,
+    QUICK,
+    REQUEST_TIMEOUT,
+    SERVER_START_S,
+    SERVER_STOP_GRACE_S,
+    Sizes,
+    Tokenizer,
+    fitted_text,
+    guarded,
+    median,
+    progress,
+    resolve_model,
+    stream_chat,
+    warm_up,
+)
+from .state_prefix import USER_COLD, USER_HIT
 
 N_TENANTS = 4
 ADMIN = "bench-admin-key"
@@ -49,22 +66,9 @@ def _keys_file(home: Path) -> Path:
 
 @contextlib.contextmanager
 def _server(name: str, model: Path, ctx: int, keys: bool, logs: dict[str, str]) -> Iterator[Server]:
-    from .state import SERVER_START_S, SERVER_STOP_GRACE_S, progress
-
     home = Path(tempfile.mkdtemp(prefix=f"bench-tenants-{name}-home-"))
     port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "llamay",
-        "serve",
-        "-m",
-        str(model),
-        "-addr",
-        f"{HOST}:{port}",
-        "-ctx",
-        str(ctx),
-    ]
+    argv = llamay_serve_argv(model, port, "-ctx", str(ctx))
     if keys:
         argv += ["-keys", str(_keys_file(home))]
     progress(f"{name}: starting {' '.join(argv[1:])}")
@@ -82,15 +86,11 @@ def _server(name: str, model: Path, ctx: int, keys: bool, logs: dict[str, str]) 
 
 
 def _client(server: Server, key: str | None) -> httpx.Client:
-    from .state import REQUEST_TIMEOUT
-
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     return httpx.Client(base_url=server.base_url, timeout=REQUEST_TIMEOUT, headers=headers)
 
 
 def _ask(client: httpx.Client, system: str, question: str, max_tokens: int) -> dict[str, Any]:
-    from .state import stream_chat
-
     body = {
         "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
         "max_tokens": max_tokens,
@@ -100,9 +100,7 @@ def _ask(client: httpx.Client, system: str, question: str, max_tokens: int) -> d
     return {"ttft_ms": s.ttft_s * 1000, "cached_tokens": s.cached_tokens, "prompt_tokens": s.prompt_tokens}
 
 
-def _hit_over_cold(client: httpx.Client, tok: Any, sizes: Any, seed: int) -> dict[str, Any]:
-    from .state import USER_COLD, USER_HIT, fitted_text, median
-
+def _hit_over_cold(client: httpx.Client, tok: Tokenizer, sizes: Sizes, seed: int) -> dict[str, Any]:
     cold, hit = [], []
     for rep in range(sizes.ttft_reps):
         system = fitted_text(tok, seed + rep, sizes.ttft_system_tokens)
@@ -117,19 +115,15 @@ def _hit_over_cold(client: httpx.Client, tok: Any, sizes: Any, seed: int) -> dic
     }
 
 
-def _tenants(clients: list[httpx.Client], system: str, sizes: Any) -> dict[str, Any]:
-    from .state import median
-
+def _tenants(clients: list[httpx.Client], system: str, sizes: Sizes) -> dict[str, Any]:
     rows = [_ask(c, system, f"Tenant {i} asks: which topic comes first?", sizes.ttft_max_tokens)
             for i, c in enumerate(clients)]  # fmt: skip
     return {"requests": rows, "later_ttft_ms_median": median([r["ttft_ms"] for r in rows[1:]])}
 
 
-def measure_namespaces(model: Path, tok: Any, sizes: Any, logs: dict[str, str]) -> dict[str, Any]:
+def measure_namespaces(model: Path, tok: Tokenizer, sizes: Sizes, logs: dict[str, str]) -> dict[str, Any]:
     """Both servers' arms, in the order the module docstring gives; each arm's figures go
     to stderr as soon as it ends (a slow machine still shows what it measured)."""
-    from .state import fitted_text, progress, warm_up
-
     out: dict[str, Any] = {}
     with (
         _server("tenants-single", model, sizes.server_ctx, False, logs) as single,
@@ -177,8 +171,6 @@ def measure_namespaces(model: Path, tok: Any, sizes: Any, logs: dict[str, str]) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .state import FULL, QUICK, Tokenizer, guarded, resolve_model
-
     parser = argparse.ArgumentParser(
         prog="python -m bench.state_tenants", description=__doc__.splitlines()[0]
     )
