@@ -95,7 +95,9 @@ async def load_alone(client: httpx.AsyncClient, model: str, reps: int) -> dict[s
     for _ in range(reps):
         await post_json(client, "/api/reset", {})
         t0 = time.perf_counter()
-        got = await post_json(client, "/api/load", {"model": model})
+        # Not streamed: one JSON object, the final one, which carries load_duration (streamed,
+        # the answer is NDJSON progress lines).
+        got = await post_json(client, "/api/load", {"model": model, "stream": False})
         wall.append(time.perf_counter() - t0)
         server.append(float(got.get("load_duration", 0)) / 1e9)
         await post_json(client, "/api/reset", {})
