@@ -126,9 +126,9 @@ class Admission:
 MIN_FOLLOW = 32
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int], limit: int | None = None) -> int:
     """How many leading tokens `a` and `b` share, at most `limit` (C-speed comparisons)."""
-    hi = min(len(a), len(b), limit)
+    hi = min(len(a), len(b)) if limit is None else min(len(a), len(b), limit)
     if hi <= 0 or a[:hi] == b[:hi]:
         return max(hi, 0)
     lo = 0  # a[:lo] == b[:lo] and a[:hi] != b[:hi]

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from llamay.api.anthropic.cache import common_prefix, last_breakpoint
+from llamay.api.anthropic.cache import last_breakpoint
 from llamay.api.anthropic.content import MARK, chat_messages
 from llamay.api.anthropic.schemas import parse_messages_request
 from llamay.chat.tools import ToolChoice
+from llamay.engine.scheduler import common_prefix
 from llamay.errors import GrammarError, InvalidRequest
 
 WEATHER = {

@@ -15,7 +15,7 @@ from typing import Any
 from ...errors import InvalidRequest
 from .content import Spot, block_list, check_cache_control
 
-__all__ = ["MAX_BREAKPOINTS", "last_breakpoint", "common_prefix"]
+__all__ = ["MAX_BREAKPOINTS", "last_breakpoint"]
 
 MAX_BREAKPOINTS = 4
 
@@ -55,13 +55,3 @@ def last_breakpoint(tools: Any, system: Any, messages: list[Any], top: Any) -> S
             param="cache_control",
         )
     return spots[-1] if spots else None
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading tokens `a` and `b` share."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n

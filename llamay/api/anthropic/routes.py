@@ -17,13 +17,13 @@ from starlette.routing import Route
 from ...chat.defaults import sampling_defaults
 from ...chat.flow import ChatOptions
 from ...chat.pipeline import Choice, Delta, Done, Generation, Prompt, RunSpec, chat_prompt, start
+from ...engine.scheduler import common_prefix
 from ...errors import EngineError, LlamayError, ModelNotFound
 from ...runtime import LoadedModel
 from ..errors import error_body, error_response
 from ..http import json_response, read_json, sse_response, until_disconnect
 from . import adapter
 from .blocks import BlockAssembler
-from .cache import common_prefix
 from .content import MARK
 from .schemas import MessagesRequest, parse_messages_request
 
