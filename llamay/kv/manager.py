@@ -38,6 +38,9 @@ class KvBackend(Protocol):
     @property
     def n_seq_max(self) -> int: ...
 
+    @property
+    def flash_attn(self) -> bool: ...  # attention skips other sequences' cells
+
     def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool: ...
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None: ...
     def seq_pos_max(self, seq: int) -> int: ...
@@ -113,7 +116,7 @@ class KvManager:
         are loaded back."""
         # Without flash attention every step reads every cell in use, so idle prefixes leave
         # the KV cache early; with it they cost other work next to nothing and stay.
-        idle_after = None if getattr(ops, "flash_attn", False) else 64
+        idle_after = None if ops.flash_attn else 64
         pool = SeqPool(
             ops.n_seq_max, ops, budget=ops.n_ctx // 4, stash_bytes=cache_ram, idle_after=idle_after
         )

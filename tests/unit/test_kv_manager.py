@@ -22,6 +22,7 @@ class FakeCtx(FakeKv):
         super().__init__()
         self.n_seq_max = n_seq_max
         self.n_ctx = n_ctx
+        self.flash_attn = False
 
     def seq_pos_max(self, seq: int) -> int:
         return max(self.tags.get(seq, ()), default=-1)
