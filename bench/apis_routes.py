@@ -4,23 +4,20 @@ to first token, and each route's tokens/s over the OpenAI route's (target: at le
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 import statistics
 import time
 from collections import Counter
-from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 
 from .apis_clients import Official, Send, Workload, official_senders, raw_senders
 from .apis_common import LIMITS, NO_BIAS, REQUEST_TIMEOUT, ROUTES, Reply, RequestFailed, Sizes, progress
-from .common import percentile
+from .common import all_or_first_failure, percentile
 
-T = TypeVar("T")
 TARGET_RATIO = 0.95
 TOPICS = (
     "the river trade of medieval Europe",
@@ -52,19 +49,6 @@ class Round:
         return sum(r.tokens for r in self.replies)
 
 
-async def all_or_first_failure(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
-    """Run `coros` concurrently; on the first RequestFailed cancel the rest and raise it."""
-    try:
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(c) for c in coros]
-    except ExceptionGroup as eg:
-        failures = [e for e in eg.exceptions if isinstance(e, RequestFailed)]
-        if failures:
-            raise failures[0] from None
-        raise
-    return [t.result() for t in tasks]
-
-
 def prompt(tag: str, topic: int) -> str:
     """A prompt that makes a small model write on: a distinct tag first (no prefix-cache hit
     beyond the chat template's), then a topic that is the same for every route."""
@@ -89,7 +73,7 @@ async def run_round(send: Send, prompts: list[list[str]]) -> Round:
         return [await send(p) for p in mine]
 
     start = time.perf_counter()
-    per_client = await all_or_first_failure([client(mine) for mine in prompts])
+    per_client = await all_or_first_failure([client(mine) for mine in prompts], RequestFailed)
     return Round(time.perf_counter() - start, [r for got in per_client for r in got])
 
 

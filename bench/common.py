@@ -3,6 +3,7 @@ percentiles, machine load, JSON output."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
@@ -12,10 +13,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -189,3 +190,30 @@ def print_json(obj: Any) -> None:
     json.dump(_finite(obj), sys.stdout, indent=2, allow_nan=False)
     sys.stdout.write("\n")
     sys.stdout.flush()
+
+
+T = TypeVar("T")
+
+
+async def all_or_first_failure(coros: list[Coroutine[Any, Any, T]], failure: type[Exception]) -> list[T]:
+    """Run `coros` concurrently; on the first `failure` (a benchmark's failed-request error)
+    cancel the rest, closing their streams, and raise it. Any other error is raised as the
+    task group raised it."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(c) for c in coros]
+    except ExceptionGroup as eg:
+        failures = [e for e in eg.exceptions if isinstance(e, failure)]
+        if failures:
+            raise failures[0] from None
+        raise
+    return [t.result() for t in tasks]
+
+
+def sentences(words: list[str]) -> str:
+    """Words as sentences of 12: capitalized, with full stops."""
+    parts = []
+    for i in range(0, len(words), 12):
+        chunk = words[i : i + 12]
+        parts.append(" ".join([chunk[0].capitalize(), *chunk[1:]]) + ".")
+    return " ".join(parts)

@@ -9,14 +9,14 @@ import json
 import logging
 import random
 import time
-from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 
-T = TypeVar("T")
+from .common import sentences
+
 BAN_BIAS = -100.0
 REQUEST_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=30.0, pool=300.0)
 REQUEST_DEADLINE_S = 900.0
@@ -101,7 +101,7 @@ class Prompts:
     def _fit(self, words: list[str], n_tokens: int) -> tuple[str, int]:
         k = len(words)
         for _ in range(64):
-            text = _sentences(words[:k])
+            text = sentences(words[:k])
             count = self._vocab.count(text)
             if count <= n_tokens or k <= 1:
                 return text, count
@@ -109,15 +109,6 @@ class Prompts:
             # below one word: a negative slice would keep nearly all of them.
             k = max(1, min(k - 1, k * n_tokens // count))
         raise RuntimeError(f"could not fit a prompt to {n_tokens} tokens")
-
-
-def _sentences(words: list[str]) -> str:
-    """Words as sentences of 12: capitalized, with full stops."""
-    parts = []
-    for i in range(0, len(words), 12):
-        chunk = words[i : i + 12]
-        parts.append(" ".join([chunk[0].capitalize(), *chunk[1:]]) + ".")
-    return " ".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,17 +216,3 @@ def _finished(body: dict[str, Any], s: Stream) -> Stream:
             f"{s.chunks} chunks, finish_reason {s.finish_reason!r}",
         )
     return s
-
-
-async def all_or_first_failure(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
-    """Run `coros` concurrently; on the first RequestFailed cancel the rest (closing their
-    streams) and raise it."""
-    try:
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(c) for c in coros]
-    except ExceptionGroup as eg:
-        failures = [e for e in eg.exceptions if isinstance(e, RequestFailed)]
-        if failures:
-            raise failures[0] from None
-        raise
-    return [t.result() for t in tasks]

@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 
-from .common import percentile
-from .serve_load import Prompts, Stream, all_or_first_failure, completion_body, stream_completion
+from .common import all_or_first_failure, percentile
+from .serve_load import Prompts, RequestFailed, Stream, completion_body, stream_completion
 
 __all__ = ["Sizes", "FULL", "QUICK", "Workload", "phases"]
 
@@ -72,7 +72,7 @@ class Workload:
 
 async def warmup(w: Workload) -> None:
     await w.run(32, 8)
-    await all_or_first_failure([w.run(32, 8) for _ in range(4)])
+    await all_or_first_failure([w.run(32, 8) for _ in range(4)], RequestFailed)
 
 
 async def measure_prefill(w: Workload) -> dict[str, Any]:
@@ -116,7 +116,7 @@ async def measure_aggregate(w: Workload, concurrency: int) -> dict[str, Any]:
         return [(await w.run(w.sizes.agg_prompt, m))[0] for _ in range(w.sizes.agg_reps)]
 
     start = time.perf_counter()
-    per_client = await all_or_first_failure([client() for _ in range(concurrency)])
+    per_client = await all_or_first_failure([client() for _ in range(concurrency)], RequestFailed)
     wall = time.perf_counter() - start
     streams = [s for got in per_client for s in got]
     return {
@@ -136,7 +136,7 @@ async def measure_decode_batch(w: Workload, concurrency: int) -> dict[str, Any]:
     rates, walls = [], []
     for _ in range(w.sizes.decode_reps):
         start = time.perf_counter()
-        got = await all_or_first_failure([w.run(8, m) for _ in range(concurrency)])
+        got = await all_or_first_failure([w.run(8, m) for _ in range(concurrency)], RequestFailed)
         walls.append(time.perf_counter() - start)
         rates.append(len(got) * m / walls[-1])
     return {
@@ -161,7 +161,7 @@ async def measure_prompt_heavy(w: Workload, prompt_tokens: int, clients: int) ->
             got.append(await w.run(prompt_tokens, w.sizes.heavy_max_tokens))
 
     start = time.perf_counter()
-    await all_or_first_failure([client() for _ in range(clients)])
+    await all_or_first_failure([client() for _ in range(clients)], RequestFailed)
     wall = time.perf_counter() - start
     return {
         "wall_s": wall,

@@ -26,6 +26,7 @@ from .common import (
     free_port,
     llamay_serve_argv,
     log_tail,
+    sentences,
     sse_data,
     start_server,
     stop_server,
@@ -109,15 +110,6 @@ class Tokenizer:
 
     def close(self) -> None:
         self._model.close()
-
-
-def sentences(words: list[str]) -> str:
-    """Words as sentences of 12: capitalized, with full stops."""
-    parts = []
-    for i in range(0, len(words), 12):
-        chunk = words[i : i + 12]
-        parts.append(" ".join([chunk[0].capitalize(), *chunk[1:]]) + ".")
-    return " ".join(parts)
 
 
 def fitted_text(tok: Tokenizer, seed: int, n_tokens: int) -> str:
