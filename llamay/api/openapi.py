@@ -170,7 +170,7 @@ A_TOOL = fields("description:str input_schema!:obj", {"type": enum("custom"), "n
 A_FORMAT = fields("schema!:obj strict:bool", {"type!": enum("json_schema")})
 A_THINKING = anyof(fields("display:str", {"type!": enum("disabled", "adaptive")}),
                    fields("budget_tokens!:int[1,] display:str", {"type!": enum("enabled")}))
-A_SPEC = "model:str max_tokens:int[1,] temperature:num[0,2] top_p:num[0,1] top_k:int[0,]"
+A_SPEC = "model:str max_tokens:int[1,] temperature:num[0,2] top_p:num[0,1] top_k:int[0,] seed:int"
 A_MORE = {"messages!": A_MESSAGES, "system": anyof(STR, arr(A_TEXT)), "stop_sequences": arr(STR, maxItems=32),
           "metadata": fields("user_id:str"), "tools": arr(A_TOOL), "thinking": A_THINKING,
           "tool_choice": anyof(fields("disable_parallel_tool_use:bool", {"type!": enum("auto", "any", "none")}),

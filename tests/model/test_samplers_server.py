@@ -75,7 +75,7 @@ def test_server_defaults_apply_on_every_route(server: ServerProc) -> None:
         ("/v1/chat/completions", {"messages": msgs, "max_tokens": 12, "seed": 5},
          lambda j: j["choices"][0]["message"]["content"]),
         ("/v1/completions", {"prompt": "once upon", "max_tokens": 12, "seed": 5}, lambda j: j["choices"][0]["text"]),
-        ("/v1/messages", {"model": "", "messages": msgs, "max_tokens": 12}, lambda j: j["content"]),
+        ("/v1/messages", {"model": "", "messages": msgs, "max_tokens": 12, "seed": 5}, lambda j: j["content"]),
     ]  # fmt: skip
     for path, body, text in routes:
         got = [

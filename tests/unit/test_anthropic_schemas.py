@@ -287,3 +287,12 @@ def test_breakpoint_limits_and_spots() -> None:
     assert last_breakpoint(None, blocks[:1], [{"role": "user", "content": "x"}], None) == ("system", 0, 0)
     assert last_breakpoint(None, None, [{"role": "user", "content": "x"}], None) is None
     assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2 and common_prefix([], [1]) == 0
+
+
+def test_seed_is_taken_and_checked() -> None:
+    base = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    assert parse_messages_request({**base, "seed": 7}).sampling.seed == 7
+    assert parse_messages_request(base).sampling.seed is None
+    with pytest.raises(InvalidRequest) as err:
+        parse_messages_request({**base, "seed": "seven"})
+    assert err.value.param == "seed"

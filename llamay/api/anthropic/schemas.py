@@ -182,6 +182,7 @@ def parse_messages_request(body: Any, *, counting: bool = False) -> MessagesRequ
         temperature=f.number("temperature", 1.0, lo=0.0, hi=2.0),
         top_p=f.number("top_p", 1.0, lo=0.0, hi=1.0),
         top_k=f.integer("top_k", 0, lo=0),
+        seed=f.integer("seed", None),  # llamay's: a seeded request repeats its sample exactly
     ).validate()
     spot = last_breakpoint(f.raw("tools"), f.raw("system"), messages, f.raw("cache_control"))
     tools = parse_tools_field(f.raw("tools"))
