@@ -38,6 +38,7 @@ __all__ = ["Engine", "EngineConfig"]
 
 log = logging.getLogger("llamay.engine")
 T = TypeVar("T")
+MEASURE_EVERY = 0.25  # seconds between KV measurements while requests run
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ class Engine:
         self._closing = False
         self._kv_cells = 0
         self._cache_cells = 0
+        self._measured_at = 0.0
+        self._measured_ids: list[int] = []
         self._structural: Any = None
         self._thread = threading.Thread(target=self._loop, name="llamay-engine", daemon=True)
         self._thread.start()
@@ -139,7 +142,8 @@ class Engine:
         return len(self._running)
 
     def kv_used(self) -> int:
-        """KV positions llama.cpp holds for running requests, measured after the last step."""
+        """KV positions llama.cpp holds for running requests: measured after each loop turn
+        that starts or ends a request or runs none, otherwise at most every MEASURE_EVERY s."""
         return self._kv_cells
 
     def cache_used(self) -> int:
@@ -200,10 +204,17 @@ class Engine:
             except Exception as exc:  # the loop must survive anything one step does
                 log.exception("engine step failed; failing the running requests")
                 self._fail_all(exc)
-            self._measure_kv()
+            now = time.monotonic()
+            ids = [s.seq_id for s in self._running]
+            if not ids or ids != self._measured_ids or now - self._measured_at >= MEASURE_EVERY:
+                self._measured_at, self._measured_ids = now, ids
+                self._measure_kv()
         self._shutdown()
 
     def _measure_kv(self) -> None:
+        # One llama.cpp call per sequence id, each giving up and retaking the GIL: a
+        # tenth of a millisecond or more per step when the HTTP thread is busy, so steps
+        # that only continue the same requests measure now and then.
         usage = self.kv.usage({s.seq_id for s in self._running})
         self._kv_cells, self._cache_cells = usage.running, usage.cached
 

@@ -167,13 +167,15 @@ class Sampler:
             if x[token] > -np.inf and self._allows(mask, token):
                 return Sample(token)
         ids, vals = self._candidates(logits, mask)
-        top_val = vals.max()
+        p = self.params
+        # Greedy reads the maximum off argmax (one pass, not two): argmax also stops at a
+        # NaN, so the check below refuses the same rows vals.max() would.
+        pos = int(np.argmax(vals)) if p.greedy else -1  # ids ascending: first max is the lowest id
+        top_val = vals[pos] if p.greedy else vals.max()
         if not top_val > -np.inf:
             raise ValueError("no token can be sampled: every allowed logit is -inf (or one is NaN)")
         lse = self._logsumexp(vals, float(top_val)) if self._want_logprobs else 0.0
-        p = self.params
         if p.greedy:
-            pos = int(np.argmax(vals))  # ids ascending: first max is the lowest id
             token = int(ids[pos])
         else:
             token = self._draw(ids, vals)
