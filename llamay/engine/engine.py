@@ -285,9 +285,14 @@ class Engine:
         leaders = [
             r
             for r in self._running
-            if r.follows is None and r.request.cache and r.request.session is None and r.request.namespace == ns
+            if r.follows is None
+            and r.request.cache
+            and r.request.session is None
+            and r.request.namespace == ns
         ]
-        pick = choose_leader(seq.tokens, seq.n_past, seq.share_limit, [r.tokens[: r.n_prompt] for r in leaders])
+        pick = choose_leader(
+            seq.tokens, seq.n_past, seq.share_limit, [r.tokens[: r.n_prompt] for r in leaders]
+        )
         if pick is not None:
             seq.follows, seq.follow_to = leaders[pick[0]], pick[1]
             self._join(seq)

@@ -175,10 +175,7 @@ class Sampler:
         if not top_val > -np.inf:
             raise ValueError("no token can be sampled: every allowed logit is -inf (or one is NaN)")
         lse = self._logsumexp(vals, float(top_val)) if self._want_logprobs else 0.0
-        if p.greedy:
-            token = int(ids[pos])
-        else:
-            token = self._draw(ids, vals)
+        token = int(ids[pos]) if p.greedy else self._draw(ids, vals)
         if not self._want_logprobs:
             return Sample(token)
         logprob = float(vals[np.searchsorted(ids, token)]) - lse
