@@ -68,8 +68,11 @@ class LlamayRouter(FIFOMixin, RequestRouter):
             # on the router's loop.
             pending_request.routing_context.should_backoff = True
         by_uid = {r.replica_id.unique_id: r for r in candidate_replicas}
-        ranks = routing.rank(hint_of(pending_request), [self._view(r) for r in candidate_replicas], self.know,
-                     self.bound)  # fmt: skip
+        hint = hint_of(pending_request)
+        ranks = routing.rank(hint, [self._view(r) for r in candidate_replicas], self.know, self.bound)
+        if ranks and ranks[0]:
+            # Claimed now, not when Ray has routed it: the rest of a burst is ranked meanwhile.
+            self.know.claim(ranks[0][0], hint)
         return [[by_uid[u] for u in tier if u in by_uid] for tier in ranks if tier]
 
     def on_request_routed(

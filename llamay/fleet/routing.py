@@ -137,8 +137,21 @@ class FleetKnowledge:
     def record_sent(self, replica: str, hint: RouteHint) -> None:
         with self._lock:
             self.sent += 1
-            if hint.prefix:
-                self._prefixes.setdefault(replica, _PrefixIndex()).add(hint.prefix, self.prefix_cap)
+        self.claim(replica, hint)
+
+    def claim(self, replica: str, hint: RouteHint) -> None:
+        """Index the prompt prefix of `hint` under `replica` (where it is about to go), so the
+        next request of a burst already sees where this prefix went."""
+        if not hint.prefix:
+            return
+        with self._lock:
+            self._prefixes.setdefault(replica, _PrefixIndex()).add(hint.prefix, self.prefix_cap)
+
+    def blocks(self, replica: str) -> int:
+        """Prompt blocks indexed under `replica`: how much prompt this router placed there."""
+        with self._lock:
+            index = self._prefixes.get(replica)
+            return len(index.hashes) if index else 0
 
     def match(self, replica: str, prefix: Sequence[int]) -> int:
         with self._lock:
@@ -165,7 +178,10 @@ def rank(
     candidates are the replicas with the request's model loaded (all, if none has it). Among
     them, the one whose sent prefixes match the prompt longest is first, unless its load
     exceeds the least loaded candidate's by more than `bound`: then power-of-two choices, so
-    affinity never builds a hotspot. Dead replicas never appear."""
+    affinity never builds a hotspot. The two are ordered by load, then by the prompt blocks
+    already placed on each: in a burst of new prefixes every load reads the same (Ray's
+    queue lengths lag), and without the second key one replica took six tenants of eight,
+    whose load then pushed requests off their cached prefixes. Dead replicas never appear."""
     rng = rng or random.Random()
     live = [v for v in views if not know.is_dead(v.uid)]
     if not live:
@@ -183,12 +199,10 @@ def rank(
         best = scored[0]
         if know.match(best.uid, hint.prefix) > 0 and _load(best) <= least + bound:
             return [[best.uid], [v.uid for v in sorted(scored[1:], key=_load)]]
-    two = rng.sample(cands, min(2, len(cands)))
+    two = sorted(rng.sample(cands, min(2, len(cands))), key=lambda v: (_load(v), know.blocks(v.uid)))
     rest = [v for v in cands if v not in two]
     return (
-        [[v.uid for v in sorted(two, key=_load)], [v.uid for v in sorted(rest, key=_load)]]
-        if rest
-        else [[v.uid for v in sorted(two, key=_load)]]
+        [[v.uid for v in two], [v.uid for v in sorted(rest, key=_load)]] if rest else [[v.uid for v in two]]
     )
 
 

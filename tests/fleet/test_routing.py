@@ -78,3 +78,22 @@ def test_model_aware_candidates() -> None:
     vs = [ReplicaView("r0", 0, frozenset({"a"})), ReplicaView("r1", 3, frozenset({"b"}))]
     assert rank(RouteHint(model="b"), vs, know) == [["r1"]]
     assert sorted(rank(RouteHint(model="c"), vs, know)[0]) == ["r0", "r1"]  # none has it: any
+
+
+def test_a_burst_of_new_tenants_is_spread_while_loads_read_the_same() -> None:
+    # Ray's queue lengths lag in a burst, so every replica reads as idle; each new tenant is
+    # claimed where it goes, and the next goes where fewer prompt blocks were placed.
+    know = FleetKnowledge()
+    placed = []
+    for t in range(8):
+        hint = chat_hint({"role": "system", "content": f"tenant {t} rules " * 100})
+        first = rank(hint, views(0, 0), know, rng=random.Random(t))[0][0]
+        know.claim(first, hint)
+        placed.append(first)
+    # balanced at every point of the burst, not only at its end
+    assert all(abs(placed[:n].count("r0") - placed[:n].count("r1")) <= 1 for n in range(1, 9))
+    # a later request of a placed tenant follows its prefix
+    again = chat_hint(
+        {"role": "system", "content": "tenant 3 rules " * 100}, {"role": "user", "content": "q"}
+    )
+    assert rank(again, views(0, 0), know)[0] == [placed[3]]
