@@ -95,6 +95,29 @@ def assert_batch_invariant(model: Model, flash_attn: bool) -> None:
         assert differing == [], f"{name}: logits differ at steps {differing[:5]}"
 
 
+def read(model: Model, tokens: list[int], step: int) -> np.ndarray:
+    """The last position's logits after reading `tokens` `step` at a time."""
+    config = ContextConfig(n_ctx=256, n_batch=64, n_seq_max=1, n_threads=2, n_threads_batch=2)
+    with Context(model, config) as ctx:
+        for start in range(0, len(tokens), step):
+            row = fill(ctx, 0, tokens[: start + step], start)
+        return ctx.logits(row).copy()
+
+
+def assert_read_at_once_as_one_by_one(model: Model) -> None:
+    """A prompt read in one batch (many columns per weight product: the quantized kernels
+    that take several columns a call) ends on the logits of reading it token by token (one
+    column: the one-pair kernels), and so does every split in between."""
+    tokens = [5 + (11 * i) % 60 for i in range(45)]
+    one_by_one = read(model, tokens, 1)
+    for step in (45, 9, 5, 4):
+        assert np.array_equal(read(model, tokens, step), one_by_one), f"{step} tokens per batch"
+
+
+def test_a_prompt_read_at_once_gives_the_logits_of_reading_it_token_by_token(model: Model) -> None:
+    assert_read_at_once_as_one_by_one(model)
+
+
 @pytest.mark.parametrize("flash_attn", [True, False], ids=["flash-attn", "plain"])
 def test_logits_are_bitwise_the_same_alone_and_batched(model: Model, flash_attn: bool) -> None:
     assert_batch_invariant(model, flash_attn)
@@ -110,5 +133,6 @@ def test_the_same_on_the_default_model() -> None:
     try:
         assert_batch_invariant(m, flash_attn=True)
         assert_batch_invariant(m, flash_attn=False)
+        assert_read_at_once_as_one_by_one(m)  # its weights are Q4_1
     finally:
         m.close()
