@@ -136,9 +136,9 @@ def sse_frame(data: Any) -> bytes:
 
 class GuardedStream(StreamingResponse):
     """A streaming response that gives up on a client that stops reading: a send that
-    waits IDLE_TIMEOUT (up to a quarter more) ends the response and closes the event
-    iterator, whose cleanup aborts the engine requests behind it (so a stalled reader never
-    keeps KV). Starlette already cancels the iterator when the client disconnects."""
+    waits IDLE_TIMEOUT ends the response and closes the event iterator, whose cleanup
+    aborts the engine requests behind it (so a stalled reader never keeps KV). Starlette
+    already cancels the iterator when the client disconnects."""
 
     async def stream_response(self, send: Send) -> None:
         # One watchdog per stream rather than a timer per send: a send costs two clock
@@ -151,12 +151,18 @@ class GuardedStream(StreamingResponse):
         dog: asyncio.TimerHandle
 
         def watch() -> None:
+            # Looks every quarter timeout; a send found waiting is looked at again exactly
+            # when its time is up, so the drop comes IDLE_TIMEOUT after the send began.
             nonlocal dog, dropped
-            if since is not None and loop.time() - since >= IDLE_TIMEOUT:
-                dropped = True
-                task.cancel()  # delivered inside the waiting send
-            else:
-                dog = loop.call_later(IDLE_TIMEOUT / 4, watch)
+            wait = IDLE_TIMEOUT / 4
+            if since is not None:
+                left = since + IDLE_TIMEOUT - loop.time()
+                if left <= 0:
+                    dropped = True
+                    task.cancel()  # delivered inside the waiting send
+                    return
+                wait = min(wait, left)
+            dog = loop.call_later(wait, watch)
 
         async def guarded(message: Message) -> None:
             nonlocal since
