@@ -43,6 +43,28 @@ class ModelInfo:
     metadata: dict[str, str]
 
 
+def read_into_memory(size: int, available: int | None = None) -> bool:
+    """Whether weights of `size` bytes are read into memory rather than mapped from the file:
+    when they take at most half of the memory available (`available`, else MemAvailable from
+    /proc/meminfo; mapped where that cannot be read). Read weights sit in transparent huge pages
+    (the engine's allocator asks for them), which decodes several percent faster than the 4 KiB
+    pages of a mapped file; a model too big for that is mapped, so it still loads."""
+    if available is None:
+        available = _mem_available()
+    return available is not None and 2 * size <= available
+
+
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 class Model:
     """Owns a `llama_model`. Close with `close()` or use as a context manager."""
 
@@ -58,6 +80,8 @@ class Model:
             raise FileNotFoundError(f"model file not found: {self.path}")
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = 0
+        read = read_into_memory(self.path.stat().st_size)
+        params.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE if read else llama_cpp.LLAMA_LOAD_MODE_MMAP
         if progress is not None:
             # llama.cpp calls back with the loaded fraction; true lets the load go on.
             def report(fraction: float, _user: object) -> bool:
