@@ -26,6 +26,8 @@ from . import hints, routing
 
 __all__ = ["LlamayRouter", "RayDefaultRouter", "hint_of"]
 
+MAX_CLAIMS = 10_000  # claims awaiting Ray's routing; beyond it the oldest are forgotten (kept)
+
 
 def hint_of(pending: PendingRequest | None) -> hints.RouteHint:
     if pending is not None and pending.args and isinstance(pending.args[0], hints.RouteHint):
@@ -40,6 +42,8 @@ class LlamayRouter(FIFOMixin, RequestRouter):
     def initialize_state(self, fleet: str = "llamay", bound: int = routing.LOAD_BOUND, **_: Any) -> None:
         self.know = routing.knowledge(fleet)
         self.bound = bound
+        # request id -> (replica, hashes) its last ranking claimed, until Ray has routed it
+        self.claims: dict[str, tuple[str, list[int]]] = {}
 
     def _view(self, r: RunningReplica) -> routing.ReplicaView:
         stats = r.routing_stats or {}
@@ -69,15 +73,27 @@ class LlamayRouter(FIFOMixin, RequestRouter):
             pending_request.routing_context.should_backoff = True
         by_uid = {r.replica_id.unique_id: r for r in candidate_replicas}
         hint = hint_of(pending_request)
+        key = pending_request.metadata.internal_request_id if pending_request is not None else None
+        if key is not None and key in self.claims:  # an earlier round of this request
+            self.know.unclaim(*self.claims.pop(key))
         ranks = routing.rank(hint, [self._view(r) for r in candidate_replicas], self.know, self.bound)
-        if ranks and ranks[0]:
+        if ranks and ranks[0] and hint.prefix:
             # Claimed now, not when Ray has routed it: the rest of a burst is ranked meanwhile.
-            self.know.claim(ranks[0][0], hint)
+            added = self.know.claim(ranks[0][0], hint)
+            if key is not None:
+                self.claims[key] = (ranks[0][0], added)
+                while len(self.claims) > MAX_CLAIMS:  # requests dropped before Ray routed them
+                    del self.claims[next(iter(self.claims))]
         return [[by_uid[u] for u in tier if u in by_uid] for tier in ranks if tier]
 
     def on_request_routed(
         self, pending_request: PendingRequest, replica_id: ReplicaID, result: ReplicaResult
     ) -> None:
+        claimed = self.claims.pop(pending_request.metadata.internal_request_id, None)
+        if claimed is not None and claimed[0] != replica_id.unique_id:
+            self.know.unclaim(*claimed)  # the claimed replica turned it away
+        # Indexed again even where it was claimed: another request's unclaim may have taken
+        # back hashes this one's claim found already there.
         self.know.record_sent(replica_id.unique_id, hint_of(pending_request))
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:

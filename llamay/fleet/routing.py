@@ -36,12 +36,17 @@ class ReplicaView:
 class _PrefixIndex:
     hashes: OrderedDict[int, None] = field(default_factory=OrderedDict)
 
-    def add(self, prefix: Sequence[int], cap: int) -> None:
+    def add(self, prefix: Sequence[int], cap: int) -> list[int]:
+        """Index `prefix` (most recent last); returns the hashes that were not indexed yet."""
+        new = []
         for h in prefix:
+            if h not in self.hashes:
+                new.append(h)
             self.hashes[h] = None
             self.hashes.move_to_end(h)
         while len(self.hashes) > cap:
             self.hashes.popitem(last=False)
+        return new
 
     def match(self, prefix: Sequence[int]) -> int:
         n = 0
@@ -135,17 +140,29 @@ class FleetKnowledge:
 
     # -- prefixes ------------------------------------------------------------------------
     def record_sent(self, replica: str, hint: RouteHint) -> None:
+        """Count a request Ray sent to `replica` and index its prefix there."""
         with self._lock:
             self.sent += 1
         self.claim(replica, hint)
 
-    def claim(self, replica: str, hint: RouteHint) -> None:
+    def claim(self, replica: str, hint: RouteHint) -> list[int]:
         """Index the prompt prefix of `hint` under `replica` (where it is about to go), so the
-        next request of a burst already sees where this prefix went."""
+        next request of a burst already sees where this prefix went. Returns the hashes this
+        added, for `unclaim` should the request go elsewhere."""
         if not hint.prefix:
-            return
+            return []
         with self._lock:
-            self._prefixes.setdefault(replica, _PrefixIndex()).add(hint.prefix, self.prefix_cap)
+            return self._prefixes.setdefault(replica, _PrefixIndex()).add(hint.prefix, self.prefix_cap)
+
+    def unclaim(self, replica: str, hashes: Iterable[int]) -> None:
+        """Take back what a `claim` on `replica` added: its request went to another replica,
+        and an index that names a replica which never read the prefix sends its next
+        requests to a cold cache."""
+        with self._lock:
+            index = self._prefixes.get(replica)
+            if index is not None:
+                for h in hashes:
+                    index.hashes.pop(h, None)
 
     def blocks(self, replica: str) -> int:
         """Prompt blocks indexed under `replica`: how much prompt this router placed there."""
@@ -181,7 +198,11 @@ def rank(
     affinity never builds a hotspot. The two are ordered by load, then by the prompt blocks
     already placed on each: in a burst of new prefixes every load reads the same (Ray's
     queue lengths lag), and without the second key one replica took six tenants of eight,
-    whose load then pushed requests off their cached prefixes. Dead replicas never appear."""
+    whose load then pushed requests off their cached prefixes. Each of the two is a rank of
+    its own: within a rank Ray picks by its own queue lengths, which in a burst read the same,
+    so a new prefix was claimed on one replica and computed on the other about half the
+    time, and the tenant's next request followed the claim to a cold cache. Dead replicas
+    never appear."""
     rng = rng or random.Random()
     live = [v for v in views if not know.is_dead(v.uid)]
     if not live:
@@ -200,10 +221,8 @@ def rank(
         if know.match(best.uid, hint.prefix) > 0 and _load(best) <= least + bound:
             return [[best.uid], [v.uid for v in sorted(scored[1:], key=_load)]]
     two = sorted(rng.sample(cands, min(2, len(cands))), key=lambda v: (_load(v), know.blocks(v.uid)))
-    rest = [v for v in cands if v not in two]
-    return (
-        [[v.uid for v in two], [v.uid for v in sorted(rest, key=_load)]] if rest else [[v.uid for v in two]]
-    )
+    rest = [v.uid for v in sorted((v for v in cands if v not in two), key=_load)]
+    return [[v.uid] for v in two] + ([rest] if rest else [])
 
 
 _registry: dict[str, FleetKnowledge] = {}

@@ -67,17 +67,19 @@ def test_prefix_affinity_is_bounded_by_load() -> None:
     hint = chat_hint(SYSTEM, {"role": "user", "content": "q"})
     know.record_sent("r1", hint)
     assert rank(hint, views(0, 4), know)[0] == ["r1"]  # within the bound: affinity wins
-    tiers = rank(hint, views(0, 5, 0), know, rng=random.Random(1))  # past it: two choices
-    assert "r1" not in tiers[0] or len(tiers[0]) == 2
+    for seed in range(6):  # past it: two choices, the less loaded first, each a rank of its own
+        tiers = rank(hint, views(0, 5, 0), know, rng=random.Random(seed))
+        assert tiers[0] != ["r1"] and [len(t) for t in tiers[:2]] == [1, 1]
     other = chat_hint({"role": "system", "content": "another tenant " * 100})
-    assert len(rank(other, views(0, 0, 0), know, rng=random.Random(2))[0]) == 2
+    tiers = rank(other, views(0, 0, 0), know, rng=random.Random(2))
+    assert [len(t) for t in tiers] == [1, 1, 1] and sorted(u for t in tiers for u in t) == ["r0", "r1", "r2"]
 
 
 def test_model_aware_candidates() -> None:
     know = FleetKnowledge()
     vs = [ReplicaView("r0", 0, frozenset({"a"})), ReplicaView("r1", 3, frozenset({"b"}))]
     assert rank(RouteHint(model="b"), vs, know) == [["r1"]]
-    assert sorted(rank(RouteHint(model="c"), vs, know)[0]) == ["r0", "r1"]  # none has it: any
+    assert rank(RouteHint(model="c"), vs, know) == [["r0"], ["r1"]]  # none has it: any, idlest first
 
 
 def test_a_burst_of_new_tenants_is_spread_while_loads_read_the_same() -> None:
@@ -97,3 +99,17 @@ def test_a_burst_of_new_tenants_is_spread_while_loads_read_the_same() -> None:
         {"role": "system", "content": "tenant 3 rules " * 100}, {"role": "user", "content": "q"}
     )
     assert rank(again, views(0, 0), know)[0] == [placed[3]]
+
+
+def test_a_claim_taken_back_leaves_what_was_indexed_before() -> None:
+    # A request claimed on one replica and turned away there must not leave its prefix
+    # indexed on it: the tenant's next request would follow it to a cache that never read it.
+    know = FleetKnowledge()
+    base = chat_hint(SYSTEM)
+    longer = chat_hint(SYSTEM, {"role": "user", "content": "a question long enough " * 20})
+    know.record_sent("r0", base)
+    added = know.claim("r0", longer)
+    assert added and set(added) == set(longer.prefix) - set(base.prefix)
+    know.unclaim("r0", added)
+    assert know.match("r0", longer.prefix) == know.match("r0", base.prefix) == len(base.prefix)
+    assert know.claim("r0", base) == []  # all there already
