@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .backend.context import Context, ContextConfig
-from .backend.model import Model, ModelInfo
+from .backend.model import Model, ModelInfo, mem_available
 from .chat.template import ChatTemplate
 from .chat.traits import Traits, detect_traits
 from .engine.engine import Engine, EngineConfig
@@ -454,20 +454,6 @@ def check_memory(name: str, path: Path, reserve: int = 256 * 1024 * 1024) -> Non
             f"not enough memory to load '{name}': it needs about {need // 2**20} MiB "
             f"and {available // 2**20} MiB are available"
         )
-
-
-def mem_available() -> int | None:
-    override = os.environ.get("LLAMAY_MEM_AVAILABLE")  # lets tests simulate a small machine
-    if override:
-        return int(override)
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 def _with_tag(name: str) -> str:

@@ -22,7 +22,7 @@ from .native import ensure_backend, llama_cpp
 if TYPE_CHECKING:
     from ..grammar.constraint import CompileCache
 
-__all__ = ["Model", "ModelInfo"]
+__all__ = ["Model", "ModelInfo", "mem_available", "read_into_memory"]
 
 
 @dataclass(frozen=True)
@@ -50,11 +50,16 @@ def read_into_memory(size: int, available: int | None = None) -> bool:
     (the engine's allocator asks for them), which decodes several percent faster than the 4 KiB
     pages of a mapped file; a model too big for that is mapped, so it still loads."""
     if available is None:
-        available = _mem_available()
+        available = mem_available()
     return available is not None and 2 * size <= available
 
 
-def _mem_available() -> int | None:
+def mem_available() -> int | None:
+    """MemAvailable from /proc/meminfo in bytes (None where it cannot be read), or the
+    LLAMAY_MEM_AVAILABLE override, which lets tests simulate a small machine."""
+    override = os.environ.get("LLAMAY_MEM_AVAILABLE")
+    if override:
+        return int(override)
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:

@@ -23,7 +23,7 @@ def test_weights_up_to_half_the_available_memory_are_read() -> None:
 
 
 def test_weights_are_mapped_when_the_available_memory_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(model_mod, "_mem_available", lambda: None)
+    monkeypatch.setattr(model_mod, "mem_available", lambda: None)
     assert not read_into_memory(1)
 
 
@@ -32,7 +32,7 @@ def test_a_small_model_is_read_and_a_big_one_mapped(tmp_path: Path, monkeypatch:
     with Model(path) as m:
         assert m.n_vocab > 0
         assert not mapped(path)
-    monkeypatch.setattr(model_mod, "_mem_available", lambda: 1024)
+    monkeypatch.setattr(model_mod, "mem_available", lambda: 1024)
     with Model(path) as m:
         assert m.n_vocab > 0
         assert mapped(path)
