@@ -80,7 +80,7 @@ class LlamayRouter(FIFOMixin, RequestRouter):
         if ranks and ranks[0] and hint.prefix:
             # Claimed now, not when Ray has routed it: the rest of a burst is ranked meanwhile.
             added = self.know.claim(ranks[0][0], hint)
-            if key is not None:
+            if key is not None and added:  # nothing to take back otherwise
                 self.claims[key] = (ranks[0][0], added)
                 while len(self.claims) > MAX_CLAIMS:  # requests dropped before Ray routed them
                     del self.claims[next(iter(self.claims))]
