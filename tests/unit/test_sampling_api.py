@@ -10,7 +10,7 @@ import pytest
 from llamay.api.anthropic.schemas import parse_messages_request
 from llamay.api.ollama.schemas import parse_chat as ollama_chat
 from llamay.api.ollama.schemas import parse_options
-from llamay.api.openai.schemas import parse_chat, parse_completion, with_defaults
+from llamay.api.openai.schemas import parse_chat, parse_completion
 from llamay.chat.defaults import effective_params, server_defaults
 from llamay.cli.main import build_parser
 from llamay.cli.serve import sampling_flags
@@ -96,13 +96,13 @@ def test_ollama_penalize_newline_false_is_refused() -> None:
 
 def test_defaults_chain_under_the_request() -> None:
     defaults = {"temperature": 0.3, "top_k": 20, "mirostat": 2, "repeat_last_n": -1, "stop": ["x"], "num_ctx": 9}
-    common = with_defaults(parse_chat({**CHAT, "temperature": 0.9}).common, defaults)
+    common = parse_chat({**CHAT, "temperature": 0.9}).common.knobs().under(defaults)
     s = common.sampling
     assert (s.temperature, s.top_k, s.mirostat, s.repeat_last_n) == (0.9, 20, 2, 64)
-    unset = with_defaults(parse_chat(CHAT).common, {})
+    unset = parse_chat(CHAT).common.knobs().under({})
     assert unset.sampling == parse_chat(CHAT).common.sampling  # nothing set: today's defaults
     with pytest.raises(InvalidRequest) as err:
-        with_defaults(parse_chat(CHAT).common, {"top_p": 3.0})
+        parse_chat(CHAT).common.knobs().under({"top_p": 3.0})
     assert err.value.param == "top_p"
 
 
