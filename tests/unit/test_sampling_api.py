@@ -108,7 +108,7 @@ def test_defaults_chain_under_the_request() -> None:
 
 def test_anthropic_gets_the_defaults_under_its_own_fields() -> None:
     body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], "top_k": 3}
-    req = parse_messages_request(body).with_defaults({"temperature": 0.3, "top_k": 40, "min_p": 0.05})
+    req = parse_messages_request(body).knobs.under({"temperature": 0.3, "top_k": 40, "min_p": 0.05})
     assert (req.sampling.temperature, req.sampling.top_k, req.sampling.min_p) == (0.3, 3, 0.05)
 
 
