@@ -114,7 +114,7 @@ def test_anthropic_gets_the_defaults_under_its_own_fields() -> None:
 
 def test_ollama_options_over_model_defaults() -> None:
     c = ollama_chat({"model": "m", "messages": [], "options": {"top_k": 7}}).common
-    s = c.with_model_defaults({"temperature": 0.3, "top_k": 20, "mirostat": 1}).gen.sampling
+    s = c.knobs.under({"temperature": 0.3, "top_k": 20, "mirostat": 1}).sampling
     assert (s.temperature, s.top_k, s.mirostat) == (0.3, 7, 1)
 
 
