@@ -29,7 +29,6 @@ __all__ = [
     "error_response",
     "exception_handlers",
     "HttpError",
-    "openai_error_body",
 ]
 
 log = logging.getLogger("llamay.api")
@@ -87,10 +86,6 @@ def error_body(exc: LlamayError, api: Api = "openai") -> dict[str, Any]:
     if api == "ollama":
         return {"error": exc.message}
     return {"error": {"message": exc.message, "type": exc.kind, "param": exc.param, "code": exc.code}}
-
-
-def openai_error_body(exc: LlamayError) -> dict[str, Any]:
-    return error_body(exc, "openai")
 
 
 def error_headers(exc: LlamayError, api: Api = "openai") -> dict[str, str] | None:

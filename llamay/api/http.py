@@ -31,8 +31,6 @@ __all__ = [
     "ndjson_response",
     "read_body",
     "read_json",
-    "sse_frame",
-    "sse_response",
     "stream_response",
     "SSE",
     "NDJSON",
@@ -141,11 +139,6 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def sse_frame(data: Any) -> bytes:
-    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return f"data: {payload}\n\n".encode()
-
-
 def sse_event(event: dict[str, Any]) -> bytes:
     """`event: <type>` and `data: <json>` lines, as Anthropic and the Responses API frame
     every event."""
@@ -217,10 +210,6 @@ def stream_response(frames: AsyncIterator[bytes], media_type: str) -> StreamingR
     return GuardedStream(
         frames, media_type=media_type, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
-
-
-def sse_response(frames: AsyncIterator[bytes]) -> StreamingResponse:
-    return stream_response(frames, SSE)
 
 
 def ndjson_response(lines: AsyncIterator[bytes]) -> StreamingResponse:

@@ -6,15 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..engine.request import ConstraintPlan
 from ..errors import InvalidRequest
-from ..grammar import Grammar
 
 if TYPE_CHECKING:
     from ..runtime import LoadedModel
-    from .prepare import Prompt
 
-__all__ = ["fim_tokens", "fim_prompt"]
+__all__ = ["fim_tokens"]
 
 
 def fim_tokens(lm: LoadedModel, prefix: str | Sequence[int], suffix: str) -> list[int]:
@@ -39,13 +36,3 @@ def fim_tokens(lm: LoadedModel, prefix: str | Sequence[int], suffix: str) -> lis
     tail = model.tokenize(suffix, add_special=False, parse_special=False)
     bos = [model.bos_id] if model.add_bos and model.bos_id >= 0 else []
     return [*bos, pre, *head, suf, *tail, mid]
-
-
-def fim_prompt(
-    lm: LoadedModel, prefix: str | Sequence[int], suffix: str, grammar: Grammar | None = None
-) -> Prompt:
-    """`fim_tokens` as a Prompt (constrained by `grammar` if given)."""
-    from .prepare import Prompt
-
-    plan = ConstraintPlan(grammar, label="json") if grammar is not None else None
-    return Prompt(fim_tokens(lm, prefix, suffix), None, None, plan, grammar)

@@ -11,7 +11,7 @@ from llamay.api.anthropic.schemas import parse_messages_request
 from llamay.api.ollama.schemas import parse_chat as ollama_chat
 from llamay.api.ollama.schemas import parse_options
 from llamay.api.openai.schemas import parse_chat, parse_completion
-from llamay.chat.defaults import effective_params, server_defaults
+from llamay.chat.prepare import effective_params, server_defaults
 from llamay.cli.main import build_parser
 from llamay.cli.serve import sampling_flags
 from llamay.errors import InvalidRequest
