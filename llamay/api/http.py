@@ -10,7 +10,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from starlette.requests import Request
@@ -205,7 +205,7 @@ SSE = "text/event-stream"
 NDJSON = "application/x-ndjson"
 
 
-def stream_response(frames: AsyncIterator[bytes], media_type: str) -> StreamingResponse:
+def stream_response(frames: AsyncIterable[bytes], media_type: str) -> StreamingResponse:
     """`frames` as a guarded stream of `media_type` (SSE or NDJSON), never buffered on the way."""
     return GuardedStream(
         frames, media_type=media_type, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

@@ -426,11 +426,8 @@ class Frames(Generic[F]):
         self._it = self._frames(renderer, settle)
 
     def __aiter__(self) -> AsyncIterator[F]:
-        return self
-
-    def __anext__(self) -> Awaitable[F]:
-        # The generator's own awaitable: no coroutine of ours per frame.
-        return self._it.__anext__()
+        # The generator itself: iterating costs nothing of ours per frame. (Once only.)
+        return self._it
 
     async def aclose(self) -> None:
         try:
