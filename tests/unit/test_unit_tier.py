@@ -21,7 +21,5 @@ def test_the_unit_tier_imports_without_llama_cpp() -> None:
         "    importlib.import_module(name)\n"
         "assert 'llamay.backend.native' not in sys.modules\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
