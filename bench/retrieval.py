@@ -39,8 +39,9 @@ from llamay.embed import embed_texts_sync, imported_path, load_encoder
 from llamay.rag import ADMIN, EncoderEmbedder, build_index, open_index
 from llamay.rag.search import rrf
 from llamay.testing import write_tiny_llama
+from llamay.testing.server import free_port, running_server
 
-from .common import free_port, percentile, print_json, running_server
+from .common import percentile, print_json
 
 ADJ = (
     "solar:sun-powered electric:battery-driven portable:handheld waterproof:water-resistant "
