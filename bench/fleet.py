@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from llamay.testing.server import HOST, free_port, running_server
+from llamay.testing.server import HOST, free_port, start_server
 
 from .common import DONE, BadEvent, percentile, print_json, sse_data, sse_event
 
@@ -192,14 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     # Servers of their own home: another llamay on this machine may hold the default one.
     env = {"LLAMAY_HOME": tempfile.mkdtemp(prefix="bench-fleet-home-")}
     port = free_port()
-    with running_server("serve", [*serve_argv, "-addr", f"{HOST}:{port}"], port, "/health", env=env) as s:
+    with start_server("serve", [*serve_argv, "-addr", f"{HOST}:{port}"], port, "/health", env=env) as s:
         warm(s.base_url)
         report["serve"] = workload(s.base_url, args.requests, args.max_tokens)
     port = free_port()
     # The hop's baseline runs exactly as a fleet replica does (1 thread, same -ctx and
     # -concurrency): only the hop differs.
     one_thread = [*serve_argv[:-6], *FLEET_REPLICA_ARGV]
-    with running_server("serve-1t", [*one_thread, "-addr", f"{HOST}:{port}"], port, "/health", env=env) as s:
+    with start_server("serve-1t", [*one_thread, "-addr", f"{HOST}:{port}"], port, "/health", env=env) as s:
         warm(s.base_url)
         report["serve_1_thread_hop_ttft"] = hop(s.base_url)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 from llamay.api.http import MAX_BODY
-from llamay.testing.server import HOST, free_port, running_server
+from llamay.testing.server import HOST, free_port, start_server
 
 from .common import DONE, BadEvent, print_json, sse_data, sse_event
 
@@ -291,7 +291,7 @@ def run_soak(minutes: float, model: str = "", clients: int = 6, ctx: int = 2048,
     argv += ["-m", model] if model else []
     with tempfile.TemporaryDirectory(prefix="llamay-soak-") as tmp:
         env = {"LLAMAY_HOME": home or tmp} if home or model.endswith(".gguf") else None
-        with running_server("llamay", argv, port, "/health", env=env, timeout=600) as server:
+        with start_server("llamay", argv, port, "/health", env=env, timeout=600) as server:
             report = asyncio.run(soak(server.base_url, server.proc.pid, minutes, clients, warmup))
             report["server_alive"] = server.proc.poll() is None
             try:

@@ -36,7 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from llamay.testing.server import Server, ServerError, free_port, llamay_serve_argv, log_tail, running_server
+from llamay.testing.server import Server, ServerError, free_port, llamay_serve_argv, log_tail, start_server
 
 from ..common import machine_info, print_json
 from .clients import CLIENT_NOTE, EOS_NOTE, Workload
@@ -97,7 +97,7 @@ def run_server(sizes: Sizes, w: Workload, official: bool) -> dict[str, Any]:
     argv = llamay_serve_argv(w.model, port, "-concurrency", str(sizes.concurrency), "-max-loaded", "1")
     progress(f"starting {' '.join(argv[1:])}")
     try:
-        with running_server("apis", argv, port, "/health", timeout=300.0) as server:
+        with start_server("apis", argv, port, "/health", timeout=300.0) as server:
             out = asyncio.run(both_parts(server, sizes, w, official))
             return {"server": {"command": argv[1:], "log": str(server.log_path)}, **out}
     except ServerError as exc:

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from llamay.testing.server import HOST, free_port, running_server
+from llamay.testing.server import HOST, free_port, start_server
 
 from ..common import print_json
 from .cases import all_cases
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, list[dict[str, Any]]] = {layout: [] for layout in LAYOUTS}
     cases = all_cases()
     with (
-        running_server("llamay", cmd, port, "/health", timeout=600) as server,
+        start_server("llamay", cmd, port, "/health", timeout=600) as server,
         httpx.Client(base_url=server.base_url, timeout=600) as client,
     ):
         for _ in range(args.rounds):

@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 
-from llamay.testing.server import HOST, ServerError, free_port, log_tail, running_server
+from llamay.testing.server import HOST, ServerError, free_port, log_tail, start_server
 
 from ..common import print_json
 from . import llama_server
@@ -158,7 +158,7 @@ def bench_server(
     _progress(spec.name, "starting " + " ".join(spec.argv[1:]))
     result.update({"command": spec.argv[1:], "env": dict(spec.env)})
     try:
-        with running_server(spec.name, spec.argv, port, spec.ready_path, env=spec.env) as server:
+        with start_server(spec.name, spec.argv, port, spec.ready_path, env=spec.env) as server:
             result["log"] = str(server.log_path)
             try:
                 asyncio.run(run_workload(spec.name, server.base_url, sizes, prompts, banned, result, only))

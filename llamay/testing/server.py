@@ -2,8 +2,8 @@
 file, wait until it answers, stop it (SIGTERM, then SIGKILL after a grace period). Every error
 carries the tail of the log, which is where a server says why it did not start.
 
-    with running_server("llamay", llamay_serve_argv(model, port), port, "/health") as server:
-        httpx.get(server.url + "/models")
+    with start_server("llamay", llamay_serve_argv(model, port), port, "/health") as server:
+        httpx.get(server.url + "/models")   # leaving the block stops it
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +28,6 @@ __all__ = [
     "free_port",
     "llamay_serve_argv",
     "log_tail",
-    "running_server",
     "spawn",
     "start_server",
     "stop_server",
@@ -44,7 +43,8 @@ class ServerError(RuntimeError):
 
 @dataclass
 class Server:
-    """A started process listening on HOST:`port`, its output in `log_path`."""
+    """A started process listening on HOST:`port`, its output in `log_path`; a context
+    manager that stops it on exit."""
 
     name: str
     proc: subprocess.Popen[bytes]
@@ -70,6 +70,12 @@ class Server:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        stop_server(self)
 
 
 def free_port() -> int:
@@ -148,7 +154,7 @@ def start_server(
     log_path: Path | None = None,
 ) -> Server:
     """`spawn`, then `wait_ready`; a server that does not get ready is stopped before the
-    ServerError is raised."""
+    ServerError is raised. Used in a `with`, the server is stopped when the block ends."""
     server = spawn(name, argv, port, env=env, log_path=log_path)
     try:
         wait_ready(server, ready_path, timeout)
@@ -168,22 +174,3 @@ def stop_server(server: Server, grace: float = 20.0) -> int | None:
             server.proc.kill()
             server.proc.wait(10)
     return server.proc.returncode
-
-
-@contextlib.contextmanager
-def running_server(
-    name: str,
-    argv: Sequence[str],
-    port: int,
-    ready_path: str = "/health",
-    *,
-    env: Mapping[str, str | None] | None = None,
-    timeout: float = 120.0,
-    log_path: Path | None = None,
-) -> Iterator[Server]:
-    """`start_server` ... `stop_server`, always stopping it."""
-    server = start_server(name, argv, port, ready_path, env=env, timeout=timeout, log_path=log_path)
-    try:
-        yield server
-    finally:
-        stop_server(server)
