@@ -102,6 +102,11 @@ def _sub_schema(prop: Any, root: Mapping[str, Any]) -> dict[str, Any]:
     return sub
 
 
+def json_value_rule(prop: Any, root: Mapping[str, Any]) -> str:
+    """Lark for one JSON value of schema `prop` (`root`: the tool's whole schema)."""
+    return json_rule(json.dumps(_sub_schema(prop, root)), strict=True)
+
+
 def value_rule(prop: Any, root: Mapping[str, Any], *, end: str, raw: str, forced: bool) -> str:
     """Lark for one value of schema `prop` followed by `end` (the Lark of what closes
     it); `raw` is Lark for any bare text up to and including that close; `root` the

@@ -1,0 +1,131 @@
+"""Tool calls as one JSON array of call objects after a marker.
+
+- Granite 3.x: `<|tool_call|>[{"name": ..., "arguments": {...}}, ...]`.
+- Firefunction v2: ` functools[{"name": ..., "arguments": {...}}, ...]`.
+- Command R+ (tool use): `Action:\\n```json\\n[{"tool_name": ..., "parameters": {...}}]\\n```` .
+- Command R7B: `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters":
+  {...}}]<|END_ACTION|>` (after its `<|START_THINKING|>` plan).
+
+(Mistral's `[TOOL_CALLS][...]` is the same shape, with its own history rules: mistral.py.)
+Parallel calls are the array's elements.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .base import LarkRules, Special, TemplateFormat, ToolPlan, chosen_tools, lit, marked_plan, marker
+from .block import CallSyntax
+from .program import BlockIO, JsonCalls, Lit, Opt, Program
+from .spec import ToolChoice, ToolSpec
+from .stream import ToolStreamParser
+
+__all__ = ["COMMAND_R7B", "COMMAND_R_PLUS", "FIREFUNCTION", "GRANITE", "JsonListFormat", "call_object"]
+
+
+def call_object(rules: LarkRules, tools: Sequence[ToolSpec], keys: Sequence[str], name_key: str, args_key: str,
+                id_rule: str | None = None) -> str:  # fmt: skip
+    """`{"k": v, ...}` with `keys` in order: the tool's name under `name_key`, its
+    arguments under `args_key`, `id_rule` under any other key; one alternative per tool
+    (so the arguments' schema is the named tool's)."""
+    alts = []
+    for i, tool in enumerate(tools):
+        fields = []
+        for key in keys:
+            if key == name_key:
+                value = lit(json.dumps(tool.name))
+            elif key == args_key:
+                value = rules.args(i, tool)
+            else:
+                assert id_rule is not None
+                value = id_rule
+            fields.append(f'{lit(json.dumps(key))} ws? ":" ws? {value}')
+        alts.append(rules.add(f"obj_{i}", '"{" ws? ' + ' ws? "," ws? '.join(fields) + ' ws? "}"'))
+    return rules.add("call", "(" + " | ".join(alts) + ")")
+
+
+def _list_program(
+    io: BlockIO, opener: str, *, syntax: CallSyntax, fence: tuple[str, str], close: str
+) -> Program:
+    if fence[0]:
+        yield Lit(fence[0])
+    replay = dict(syntax.openers).get(opener, "")
+    yield JsonCalls(syntax, replay, io)
+    if fence[1]:
+        yield Opt([fence[1]])
+    if close:
+        yield Opt([close])
+
+
+@dataclass
+class JsonListFormat(TemplateFormat):
+    """One JSON array of calls after `opener` (of which `replay` already belongs to the
+    JSON), inside an optional code `fence` (opening, closing), then `close`. Call objects
+    have `keys` in that order; an `id_key` holds the index as a string."""
+
+    name: str = ""
+    opener: str = ""
+    replay: str = ""
+    keys: tuple[str, ...] = ("name", "arguments")
+    name_key: str = "name"
+    args_key: str = "arguments"
+    id_key: str | None = None
+    fence: tuple[str, str] = ("", "")
+    close: str = ""
+    # Text the model writes before the marker in a forced call (Firefunction's space).
+    lead: str = ""
+
+    def plan(self, tools: list[ToolSpec], choice: ToolChoice, parallel: bool, special: Special) -> ToolPlan:
+        rules = LarkRules()
+        id_rule = rules.add("ID", '/"[0-9]{1,3}"/') if self.id_key else None
+        call = call_object(
+            rules, chosen_tools(tools, choice), self.keys, self.name_key, self.args_key, id_rule
+        )
+        more = f' (ws? "," ws? {call})*' if parallel else ""
+        # The opener may end with the array's "[" (Firefunction's "functools[").
+        body = f'ws? {call}{more} ws? "]"'
+        if not self.replay:
+            body = f'ws? "[" {body}'
+        if self.fence[0]:
+            body = f'ws? {lit(self.fence[0])} "\\n" {body} "\\n" {lit(self.fence[1])}'
+        if self.close:
+            body += f" {marker(self.close, special)}"
+        plan = marked_plan(rules, body, self.opener, special, choice.forced)
+        if choice.forced and self.lead:
+            lark = plan.grammar.lark.replace("start: ", f"start: {lit(self.lead)} ", 1)
+            plan = ToolPlan(type(plan.grammar).from_lark(lark, param="tools"), immediate=True)
+        return plan
+
+    def parser(self, tools: list[ToolSpec], finish_tool: str | None = None) -> ToolStreamParser:
+        syntax = CallSyntax(
+            openers=((self.opener, self.replay),),
+            call_path=("*",),
+            name_keys=(self.name_key,),
+            args_keys=(self.args_key,),
+        )
+        program = functools.partial(_list_program, syntax=syntax, fence=self.fence, close=self.close)
+        return ToolStreamParser(CallSyntax(openers=syntax.openers, program=program), tools, finish_tool)
+
+
+GRANITE = JsonListFormat("granite", "<|tool_call|>")
+FIREFUNCTION = JsonListFormat("firefunction", "functools[", replay="[", lead=" ")
+COMMAND_R_PLUS = JsonListFormat(
+    "command_r_plus",
+    "Action:",
+    keys=("tool_name", "parameters"),
+    name_key="tool_name",
+    args_key="parameters",
+    fence=("```json", "```"),
+)
+COMMAND_R7B = JsonListFormat(
+    "command_r7b",
+    "<|START_ACTION|>",
+    keys=("tool_call_id", "tool_name", "parameters"),
+    name_key="tool_name",
+    args_key="parameters",
+    id_key="tool_call_id",
+    close="<|END_ACTION|>",
+)
