@@ -128,7 +128,7 @@ def _byte_decoder() -> dict[str, int]:
     return {chr(c): b for b, c in zip(bs, cs, strict=True)}
 
 
-@dataclass
+@dataclass(eq=False)
 class Vocab:
     """A real tokenizer's tokens as bytes, its special tokens and EOS, as llguidance sees
     them; `special` is the pipeline's `Model.special_id` for it."""
@@ -141,7 +141,8 @@ class Vocab:
     cache: CompileCache = field(init=False)
 
     def __post_init__(self) -> None:
-        self._by_bytes = {t: i for i, t in enumerate(self.tokens) if i not in set(self.specials.values())}
+        special_ids = set(self.specials.values())
+        self._by_bytes = {t: i for i, t in enumerate(self.tokens) if i not in special_ids}
         self._longest = max(len(t) for t in self._by_bytes)
         self.ll = llguidance.LLTokenizer(llguidance.TokenizerWrapper(self))
         self.cache = CompileCache(self.ll)
@@ -183,6 +184,17 @@ class Vocab:
 @functools.cache
 def vocab(name: str, extra: tuple[str, ...] = ()) -> Vocab:
     """`ggml-vocab-<name>.gguf`, with `extra` special tokens added where it lacks them."""
+    base, base_specials, eos = _base_vocab(name)
+    tokens, specials = list(base), dict(base_specials)
+    for text in extra:
+        if text not in specials:
+            specials[text] = len(tokens)
+            tokens.append(text.encode())
+    return Vocab(name, tokens, specials, eos)
+
+
+@functools.cache
+def _base_vocab(name: str) -> tuple[list[bytes], dict[str, int], int]:
     kv = _read_kv(
         models_dir() / f"ggml-vocab-{name}.gguf",
         {
@@ -209,23 +221,63 @@ def vocab(name: str, extra: tuple[str, ...] = ()) -> Vocab:
             tokens.append(bytes([int(text[3:5], 16)]))
         else:
             tokens.append(text.replace("▁", " ").encode())
-    for text in extra:
-        if text not in specials:
-            specials[text] = len(tokens)
-            tokens.append(text.encode())
-    return Vocab(name, tokens, specials, int(kv["tokenizer.ggml.eos_token_id"]))
+    return tokens, specials, int(kv["tokenizer.ggml.eos_token_id"])
+
+
+def _words(flags: np.ndarray, n_words: int) -> np.ndarray:
+    """Booleans per token as the mask's uint32 words (bit t%32 of word t//32)."""
+    padded = np.zeros(n_words * 32, dtype=bool)
+    padded[: flags.size] = flags
+    return np.packbits(padded, bitorder="little").view(np.uint32)
+
+
+@functools.cache
+def _walk_words(v: Vocab, n_words: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(special tokens, one-ASCII-character tokens, EOS) as mask words."""
+    special = np.zeros(len(v.tokens), dtype=bool)
+    special[list(v.specials.values())] = True
+    short = np.array([len(t) == 1 and t[0] < 0x80 for t in v.tokens])
+    eos = np.zeros(len(v.tokens), dtype=bool)
+    eos[v.eos] = True
+    return _words(special, n_words), _words(short, n_words), _words(eos, n_words)
+
+
+def _pick(words: np.ndarray, rng: np.random.Generator) -> int:
+    """A uniformly random set bit of `words` (there is one)."""
+    counts = np.bitwise_count(words).astype(np.int64)
+    r = int(rng.integers(int(counts.sum())))
+    cum = np.cumsum(counts)
+    w = int(np.searchsorted(cum, r, side="right"))
+    r -= int(cum[w - 1]) if w else 0
+    bits = int(words[w])
+    for b in range(32):
+        if bits >> b & 1:
+            if r == 0:
+                return w * 32 + b
+            r -= 1
+    raise AssertionError("no bit")
 
 
 def random_walk(
-    grammar: Grammar, v: Vocab, seed: int, *, max_tokens: int = 4000, prefix: str = ""
+    grammar: Grammar,
+    v: Vocab,
+    seed: int,
+    *,
+    max_tokens: int = 3000,
+    prefix: str = "",
+    force: tuple[int, int] | None = None,
+    stop: float = 0.5,
 ) -> tuple[str, bool]:
     """What a model with random weights writes under `grammar`: each step a random
-    allowed token, an ordinary one whenever one is allowed (special tokens only when the
-    grammar leaves no other choice: random weights give control tokens no preference),
-    half the time a one-character one (so strings and runs end in a few hundred steps
-    instead of tens of thousands), ending when the grammar allows EOS half the time.
-    `prefix`: text the model wrote first (consumed, not sampled). Returns (text, ended
-    within max_tokens)."""
+    allowed token; an ordinary one whenever one is allowed, except one time in five
+    where a special token is allowed too (random weights give control tokens no
+    preference; without those odds a choice between another call and the closing marker
+    would never close); half the time a one-character ASCII one (so strings and runs end
+    in a few hundred steps instead of tens of thousands); ending with probability `stop`
+    wherever the grammar allows EOS. `prefix`: text the model wrote first (consumed, not sampled). `force`
+    (step, token): from that step on the token is taken as soon as it is allowed, once
+    (a thinking budget closing the think block). Returns (text, ended within
+    max_tokens)."""
     rng = np.random.default_rng(seed)
     c = Constraint(grammar, v.cache)
     ids: list[int] = []
@@ -233,24 +285,24 @@ def random_walk(
         assert c.consume(t), (prefix, c.error)
         ids.append(t)
     mask = allocate_mask(v.ll)
-    special = np.zeros(len(v.tokens), dtype=bool)
-    special[list(v.specials.values())] = True
-    short = np.array([len(t.decode("utf-8", errors="replace")) == 1 for t in v.tokens])
-    for _ in range(max_tokens):
-        if c.is_stopped():
-            return v.text(ids), True
-        if c.is_accepting() and rng.random() < 0.5:
+    special, short, eos = _walk_words(v, mask.size)
+    for step in range(max_tokens):
+        if c.is_stopped() or (c.is_accepting() and rng.random() < stop):
             return v.text(ids), True
         c.fill_mask(mask)
-        allowed = np.unpackbits(mask.view(np.uint8), bitorder="little")[: len(v.tokens)].astype(bool)
-        allowed[v.eos] = False
-        plain = allowed & ~special
-        pool = np.flatnonzero(plain if plain.any() else allowed)
-        if rng.random() < 0.5 and (plain & short).any():
-            pool = np.flatnonzero(plain & short)
-        if pool.size == 0:
-            return v.text(ids), c.is_accepting()
-        tok = int(rng.choice(pool))
+        allowed = mask.view(np.uint32) & ~eos
+        if force is not None and step >= force[0] and allowed[force[1] // 32] >> (force[1] % 32) & 1:
+            tok, force = force[1], None
+        else:
+            plain = allowed & ~special
+            pool = plain if plain.any() else allowed
+            if rng.random() < 0.2 and (allowed & special).any():
+                pool = allowed & special
+            elif rng.random() < 0.5 and (plain & short).any():
+                pool = plain & short
+            if not pool.any():
+                return v.text(ids), c.is_accepting()
+            tok = _pick(pool, rng)
         assert c.consume(tok), c.error
         ids.append(tok)
     return v.text(ids), False
