@@ -21,7 +21,7 @@ from .jsonscan import JsonScanner, Path
 if TYPE_CHECKING:
     from .program import BlockIO, Program
 
-__all__ = ["CallSyntax", "Block", "CallRecord", "SummaryListener"]
+__all__ = ["CallSyntax", "Block", "CallRecord", "SummaryListener", "decoded_args"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,19 @@ class CallRecord:
     args_sent: int = 0  # block position up to which arguments were passed on
     arguments: list[str] = field(default_factory=list)
     summary: JsonScanner | None = None
+
+
+def decoded_args(raw: str) -> str:
+    """Arguments given as a JSON string that holds JSON (unconstrained models do that):
+    the inner text; anything else as it is."""
+    try:
+        value = json.loads(raw)
+        if isinstance(value, str):
+            json.loads(value)
+            return value
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than Python parses
+        pass
+    return raw
 
 
 class SummaryListener:
@@ -197,12 +210,6 @@ class Block:
             return
         # Unconstrained output may give arguments as a JSON-encoded string, or none.
         raw = self.raw[call.args_start : call.args_end] if call.args_start is not None else "{}"
-        try:
-            value = json.loads(raw)
-            if isinstance(value, str):
-                json.loads(value)
-                raw = value
-        except ValueError:
-            pass
+        raw = decoded_args(raw)
         call.arguments.append(raw)
         self.out.append(ToolArgsDelta(call.index, raw))

@@ -16,11 +16,13 @@ import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from ..template import normalize_messages
 from .base import LarkRules, Special, TemplateFormat, ToolPlan, chosen_tools, lit, marked_plan, marker
 from .block import CallSyntax
 from .program import BlockIO, JsonCalls, Lit, Opt, Program
-from .spec import ToolChoice, ToolSpec
+from .spec import ToolChoice, ToolSpec, openai_tools
 from .stream import ToolStreamParser
 
 __all__ = ["COMMAND_R7B", "COMMAND_R_PLUS", "FIREFUNCTION", "GRANITE", "JsonListFormat", "call_object"]
@@ -64,7 +66,9 @@ def _list_program(
 class JsonListFormat(TemplateFormat):
     """One JSON array of calls after `opener` (of which `replay` already belongs to the
     JSON), inside an optional code `fence` (opening, closing), then `close`. Call objects
-    have `keys` in that order; an `id_key` holds the index as a string."""
+    have `keys` in that order; an `id_key` holds the index as a string. `render_calls`:
+    the template does not show the history's calls (Granite 3.3's), so prepare writes
+    them into the assistant text the way the model writes them."""
 
     name: str = ""
     opener: str = ""
@@ -77,6 +81,32 @@ class JsonListFormat(TemplateFormat):
     close: str = ""
     # Text the model writes before the marker in a forced call (Firefunction's space).
     lead: str = ""
+    render_calls: bool = False
+
+    def prepare(
+        self, messages: list[dict[str, Any]], tools: list[ToolSpec]
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        out = normalize_messages(messages)
+        if self.render_calls:
+            out = [self._calls_as_text(m) for m in out]
+        return out, ({"tools": openai_tools(tools)} if tools else {})
+
+    def _calls_as_text(self, m: dict[str, Any]) -> dict[str, Any]:
+        calls = m.get("tool_calls") if m["role"] == "assistant" else None
+        if not calls:
+            return m
+        objs = []
+        for i, c in enumerate(calls):
+            fn = c.get("function") if isinstance(c, dict) else None
+            if not isinstance(fn, dict):
+                continue
+            values = {self.name_key: fn.get("name"), self.args_key: fn.get("arguments", {})}
+            if self.id_key:
+                values[self.id_key] = str(i)
+            objs.append({k: values[k] for k in self.keys})
+        text = self.opener + json.dumps(objs, ensure_ascii=False)[len(self.replay) :]
+        rest = {k: v for k, v in m.items() if k != "tool_calls"}
+        return {**rest, "content": (m.get("content") or "") + text}
 
     def plan(self, tools: list[ToolSpec], choice: ToolChoice, parallel: bool, special: Special) -> ToolPlan:
         rules = LarkRules()

@@ -16,12 +16,11 @@ cut-off call keeps its partial arguments); a block that reported nothing is cont
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .block import Block, CallRecord, CallSyntax, SummaryListener
+from .block import Block, CallRecord, CallSyntax, SummaryListener, decoded_args
 from .deltas import ContentDelta, Delta, ToolArgsDelta, ToolCallStart
 from .jsonscan import JsonScanner, Path
 
@@ -200,7 +199,7 @@ class Args:
                 return used, NEED
         value = self._text[self._start or 0 :]
         if not self._container:
-            self.call.args(_decoded_args(value))
+            self.call.args(decoded_args(value))
         return used, value
 
     # JsonListener
@@ -214,18 +213,6 @@ class Args:
 
     def text(self, path: Path, chunk: str) -> None:
         pass
-
-
-def _decoded_args(raw: str) -> str:
-    """Arguments given as a JSON string that holds JSON: the inner text."""
-    try:
-        value = json.loads(raw)
-        if isinstance(value, str):
-            json.loads(value)
-            return value
-    except ValueError:
-        pass
-    return raw
 
 
 @dataclass

@@ -86,7 +86,10 @@ def kwargs_json(text: str) -> str | None:
             out[kw.arg] = _literal(kw.value, 0)
         except ValueError:
             return None
-    return json.dumps(out, ensure_ascii=False)
+    try:
+        return json.dumps(out, ensure_ascii=False)
+    except ValueError:  # an integer past Python's digit limit
+        return None
 
 
 def _literal(node: ast.AST, depth: int) -> Any:
@@ -121,20 +124,25 @@ def python_call_text(name: str, arguments: Any) -> str:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):
             return f"{name}()"
     items = arguments.items() if isinstance(arguments, dict) else []
-    return f"{name}(" + ", ".join(f"{k}={_py(v)}" for k, v in items) + ")"
+    return f"{name}(" + ", ".join(f"{k}={_py(v, 0)}" for k, v in items) + ")"
 
 
-def _py(value: Any) -> str:
+def _py(value: Any, depth: int) -> str:
+    """A JSON value as a Python literal (JSON itself below MAX_DEPTH: the template shows
+    it, nothing parses it back)."""
     if isinstance(value, bool) or value is None:
         return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_py(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(str(k))}: {_py(v)}" for k, v in value.items()) + "}"
-    return json.dumps(value, ensure_ascii=False)
+    if depth < MAX_DEPTH and isinstance(value, list):
+        return "[" + ", ".join(_py(v, depth + 1) for v in value) + "]"
+    if depth < MAX_DEPTH and isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))}: {_py(v, depth + 1)}" for k, v in value.items()) + "}"
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return "None"
 
 
 OPEN, CLOSE = "<|tool_call_start|>", "<|tool_call_end|>"

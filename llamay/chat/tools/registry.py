@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import replace
 
 from ..template import ChatTemplate
 from .base import Special, ToolFormat
@@ -138,7 +139,8 @@ def detect_format(template_source: str | None, special: Special) -> ToolFormat:
     if has("Action:") and has("tool_name"):
         return FORMATS["command_r_plus"]
     if has("<|tool_call|>"):
-        return FORMATS["granite"]
+        # Granite 3.3's template never shows the history's calls.
+        return replace(GRANITE, render_calls=True) if "tool_calls" not in src else GRANITE
     if has("<|tool_call_start|>") or has("<|tool_list_start|>") or has("List of tools: ["):
         # The first LFM2 templates never show the history's calls.
         return PythonicFormat(render_calls="tool_calls" not in src)
