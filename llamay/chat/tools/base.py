@@ -160,10 +160,13 @@ def raw_until(rules: LarkRules, close: str, special: Special) -> str:
 
 
 def regex_text(text: str) -> str:
-    """`text` escaped for a Lark regex literal (`/.../`)."""
+    """`text` escaped for a Lark regex literal (`/.../`); `<` as `\\x3C`, so that a tag
+    in the regex never reads as a token reference (see Grammar.uses_tokens)."""
     out = []
     for c in text:
-        if c == "\n":
+        if c == "<":
+            out.append("\\x3C")
+        elif c == "\n":
             out.append("\\n")
         elif c == "\t":
             out.append("\\t")

@@ -255,24 +255,36 @@ def _prefix_tail(text: str, stop: str) -> int:
 
 @dataclass
 class Call:
-    """One call a program found. `known`: a tool of the request (reported, its
-    arguments streamed) or the finish tool (its summary streamed as content); otherwise
-    nothing is reported and the program gives the call's text back as content."""
+    """One call a program found. `known`: a tool of the request or the finish tool;
+    otherwise nothing is reported and the program gives the call's text back as content.
+    A known call is reported with its first piece of arguments (so a name followed by
+    something that is not arguments never becomes a call); the finish tool's summary
+    streams as content."""
 
     io: BlockIO
+    name: str
+    pending: tuple[int, str] | None = None  # (index, id) to report it with
     record: CallRecord | None = None
     summary: JsonScanner | None = None
 
     @property
     def known(self) -> bool:
-        return self.record is not None or self.summary is not None
+        return self.pending is not None or self.record is not None or self.summary is not None
 
     def args(self, fragment: str) -> None:
         if not fragment:
             return
         if self.summary is not None:
+            self.io.emitted = True
             self.summary.feed(fragment)
-        elif self.record is not None:
+            return
+        if self.record is None and self.pending is not None:
+            (index, call_id), self.pending = self.pending, None
+            self.record = CallRecord(start=0, name=self.name, named=True, index=index, id=call_id)
+            self.io.records.append(self.record)
+            self.io.emitted = True
+            self.io.out.append(ToolCallStart(index, call_id, self.name))
+        if self.record is not None:
             self.record.arguments.append(fragment)
             self.io.out.append(ToolArgsDelta(self.record.index or 0, fragment))
 
@@ -291,19 +303,10 @@ class BlockIO:
     blocks: list[Block] = field(default_factory=list)
 
     def call(self, name: str) -> Call:
-        """A call to `name`: reported now when it is one of the tools."""
+        """A call to `name` (reported with its arguments, when it is one of the tools)."""
         if self.finish_tool is not None and name == self.finish_tool:
-            self.emitted = True
-            return Call(self, summary=JsonScanner(SummaryListener(self.out)))
-        reported = self.report(name)
-        if reported is None:
-            return Call(self)
-        index, call_id = reported
-        record = CallRecord(start=0, name=name, named=True, index=index, id=call_id)
-        self.records.append(record)
-        self.emitted = True
-        self.out.append(ToolCallStart(index, call_id, name))
-        return Call(self, record)
+            return Call(self, name, summary=JsonScanner(SummaryListener(self.out)))
+        return Call(self, name, pending=self.report(name))
 
     def content(self, text: str) -> None:
         if text:
