@@ -88,3 +88,20 @@ def test_until_searches_each_character_once() -> None:
         assert n == 0 and op._searched == len(buf)
     n, result = op.step(buf + "</end>", False)
     assert result == (buf, "</end>") and n == len(buf) + 6
+
+
+def test_a_string_parameter_streams_as_it_is_written() -> None:
+    from llamay.chat.tools.xmlcalls import QwenXmlFormat
+
+    tools = parse_tools([{"type": "function", "function": {"name": "write", "parameters": {
+        "type": "object", "properties": {"text": {"type": "string"}, "n": {"type": "integer"}}}}}])  # fmt: skip
+    parser = QwenXmlFormat().parser(tools)
+    assert [type(d) for d in parser.push("<tool_call>\n<function=write>\n<parameter=text>\nline one\n")] == [
+        ToolCallStart,
+        ToolArgsDelta,
+    ]
+    assert parser.calls[0].arguments == '{"text": "line one'  # the newline waits: it may be the layout's
+    assert parser.push("line two\n</parameter>\n") == [ToolArgsDelta(0, '\\nline two"')]
+    parser.push("<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>")
+    parser.finish()
+    assert parser.calls[0].arguments == '{"text": "line one\\nline two", "n": 3}'

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .base import lit
-from .program import Call, Lit, Mismatch, Opt, Program, Until
+from .program import Call, Lit, Mismatch, Opt, Program, Text, Until
 from .spec import ToolSpec, json_rule
 
 __all__ = [
@@ -164,6 +164,48 @@ def params_rule(
     return names[(0, False)]
 
 
+class _StringValue:
+    """A string parameter's value, passed on as it streams: `"key": "` and the escaped
+    text, holding back a trailing newline (the layout's, if the closing tag follows).
+    A value that starts with a quote may be one JSON string literal (a forced call
+    writes those), so it is kept whole and converted at its end like any value."""
+
+    def __init__(self, call: Call, head: str, schema: Any) -> None:
+        self.call = call
+        self.head = head  # `, "key": ` (without the value)
+        self.schema = schema
+        self.seen: list[str] = []  # the text as written, until streaming starts
+        self.mode = "start"  # start | stream | keep
+        self.held = ""
+
+    def __call__(self, text: str) -> None:
+        if self.mode == "keep":
+            self.seen.append(text)
+            return
+        if self.mode == "start":
+            self.seen.append(text)
+            seen = "".join(self.seen)
+            view = seen[1:] if seen.startswith("\n") else seen  # the layout's leading newline
+            if not view:
+                return
+            if view.startswith('"'):
+                self.mode = "keep"
+                return
+            self.mode, text = "stream", view
+            self.call.args(self.head + '"')
+        text = self.held + text
+        self.held = "\n" if text.endswith("\n") else ""
+        if len(text) > len(self.held):
+            self.call.args(json.dumps(text[: len(text) - len(self.held)], ensure_ascii=False)[1:-1])
+
+    def end(self) -> None:
+        """The closing tag came: finish the value (the held newline was the layout's)."""
+        if self.mode == "stream":
+            self.call.args('"')
+        else:
+            self.call.args(self.head + param_json("".join(self.seen), self.schema))
+
+
 def tagged_params(
     call: Call,
     schemas: Mapping[str, Any],
@@ -176,9 +218,10 @@ def tagged_params(
     value_open: str = "",
 ) -> Program:
     """Parse `opens NAME name_end [value_open] VALUE value_end` parameters until `end`
-    (`opened`: the first `opens` was already read), passing the call's arguments on as a JSON object,
-    one parameter at a time. When the parameters break off, the arguments are closed
-    where they stop and the mismatch propagates (the caller gives the text back)."""
+    (`opened`: the first `opens` was already read), passing the call's arguments on as
+    a JSON object: a string parameter's text as it streams, any other value at its end.
+    When the parameters break off, the arguments are closed where they stop and the
+    mismatch propagates (the caller gives the text back)."""
     first = True
     call.args("{")
     try:
@@ -192,9 +235,16 @@ def tagged_params(
             key, _ = yield Until([name_end], NAME_LIMIT)
             if value_open:
                 yield Lit(value_open)
-            raw, _ = yield Until([value_end], VALUE_LIMIT)
-            head = "" if first else ", "
-            call.args(f"{head}{json.dumps(key, ensure_ascii=False)}: {param_json(raw, schemas.get(key))}")
+            head = f"{'' if first else ', '}{json.dumps(key, ensure_ascii=False)}: "
+            schema = schemas.get(key)
+            if string_only(schema):
+                value = _StringValue(call, head, schema)
+                if (yield Text([value_end], value)) is None:
+                    return  # cut off inside the value
+                value.end()
+            else:
+                raw, _ = yield Until([value_end], VALUE_LIMIT)
+                call.args(head + param_json(raw, schema))
             first = False
     except Mismatch:
         call.args("}")
