@@ -199,6 +199,10 @@ class ReasoningParser:
         return reasoning, content
 
 
+# Whitespace an answer may start with before its open tag (a longer run is just text).
+_ANSWER_LEAD = 64
+
+
 class _AnswerTags:
     """Drops an answer's wrapper tags as the answer streams: the open tag where the
     answer starts with it (whitespace aside), the close tag wherever it comes."""
@@ -213,7 +217,9 @@ class _AnswerTags:
         self._buf += text
         if not self._started:
             head = self._buf.lstrip()
-            if head.startswith(self.open_tag):
+            if len(self._buf) - len(head) > _ANSWER_LEAD:
+                self._started = True  # the same for every split: decided by the text alone
+            elif head.startswith(self.open_tag):
                 self._started, self._buf = True, head[len(self.open_tag) :]
             elif not head or self.open_tag.startswith(head):
                 return ""

@@ -104,3 +104,14 @@ def test_harmony_thinks_in_its_analysis_channel_before_a_forced_call() -> None:
     )
     assert not thinking.grammar.matches(f"<|channel|>analysis<|message|>hmm<|end|>{call}".encode())
     assert not thinking.grammar.matches(b"<|channel|>final<|message|>no call")
+
+
+def test_a_long_whitespace_lead_is_answer_text() -> None:
+    # After a think block the whitespace goes; without one, past 64 characters of it the
+    # open tag is text (so nothing holds an unbounded run back, in any split).
+    text = "<think>x</think>" + " " * 100 + "<response>A</response>"
+    assert {run(lambda: GRANITE.parser(), parts) for parts in all_splits(text)} == {("x", "A")}
+    text = " " * 100 + "<response>A</response>"
+    assert {run(lambda: GRANITE.parser(), parts) for parts in all_splits(text)} == {
+        ("", " " * 100 + "<response>A")
+    }

@@ -66,7 +66,10 @@ Program = Generator[Op, Any, None]
 
 
 def _ws(buf: str) -> int:
-    n = len(buf) - len(buf.lstrip())
+    """Leading whitespace of `buf`, counted up to MAX_WS + 1."""
+    n = 0
+    while n < len(buf) and n <= MAX_WS and buf[n].isspace():
+        n += 1
     return n
 
 
@@ -99,13 +102,13 @@ class Opt:
 
     def step(self, buf: str, final: bool) -> tuple[int, Any]:
         i = _ws(buf) if self.ws else 0
-        rest = buf[i:]
         if i > MAX_WS:
             return 0, None
+        rest = buf[i:]
         for text in sorted(self.texts, key=len, reverse=True):
             if rest.startswith(text):
                 return i + len(text), text
-        if i == len(buf) and not final and i <= MAX_WS:
+        if i == len(buf) and not final:
             return 0, NEED  # only whitespace so far
         if any(t.startswith(rest) for t in self.texts):
             return 0, NEED  # still possibly one of them (cut off, at the end)
