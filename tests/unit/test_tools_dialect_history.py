@@ -68,11 +68,17 @@ TURNS = {
     "Qwen3.5-4B": ("<|im_start|>assistant\n", "<|im_end|>", True),
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": ("<｜Assistant｜>", "<｜end▁of▁sentence｜>", True),
     "deepseek-ai-DeepSeek-V3.1": ("<｜Assistant｜>", "<｜end▁of▁sentence｜>", True),
-    "mistralai-Mistral-Nemo-Instruct-2407": ("", "</s>", True),
-    "Mistral-Small-3.2-24B-Instruct-2506": ("", "</s>", True),
-    "unsloth-mistral-Devstral-Small-2507": ("", "</s>", True),
-    "mistralai-Ministral-3-14B-Reasoning-2512": ("", "</s>", True),
-    "CohereForAI-c4ai-command-r7b-12-2024-tool_use": ("", "<|END_OF_TURN_TOKEN|>", True),
+    "mistralai-Mistral-Nemo-Instruct-2407": ("[/INST]", "</s>", True),
+    "Mistral-Small-3.2-24B-Instruct-2506": ("[/INST]", "</s>", True),
+    "unsloth-mistral-Devstral-Small-2507": ("[/INST]", "</s>", True),
+    "mistralai-Ministral-3-14B-Reasoning-2512": ("[/INST]", "</s>", True),
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use": ("<|CHATBOT_TOKEN|>", "<|END_OF_TURN_TOKEN|>", True),
+    "CohereForAI-c4ai-command-r-plus-tool_use": ("<|CHATBOT_TOKEN|>", "<|START_OF_TURN_TOKEN|>", True),
+    "fireworks-ai-llama-3-firefunction-v2": (
+        "<|start_header_id|>assistant<|end_header_id|>\n\n",
+        "<|eot_id|>",
+        True,
+    ),
     "ibm-granite-granite-3.3-2B-Instruct": (
         "<|start_of_role|>assistant<|end_of_role|>",
         "<|end_of_text|>",
@@ -94,22 +100,21 @@ TURNS = {
 
 
 def assistant_turn(stem: str, n: int) -> tuple[str, Any]:
+    """The text the template writes for an assistant message with `n` of CALLS: after
+    the user's words, from the assistant's header to the end of its turn."""
     src = template(stem)
     traits = detect_traits(src, lambda _: None)
     fmt = traits.tool_format
     chat = ChatTemplate(src, bos_token="<s>", eos_token="</s>")
-    user = [{"role": "user", "content": "Weather?"}]
-    head_msgs, extra = fmt.prepare(user, TOOLS)
-    head = chat.render(head_msgs, add_generation_prompt=False, **extra)
+    said = "Weather in Paris?"
     messages, extra = fmt.prepare(
-        [*user, {"role": "assistant", "content": "", "tool_calls": CALLS[:n]}], TOOLS
+        [{"role": "user", "content": said}, {"role": "assistant", "content": "", "tool_calls": CALLS[:n]}],
+        TOOLS,
     )
     full = chat.render(messages, add_generation_prompt=False, **extra)
-    assert full.startswith(head)
     start, end, _ = TURNS[stem]
-    turn = full[len(head) :]
-    assert turn.startswith(start), turn[:80]
-    turn = turn[len(start) :]
+    after = full[full.index(said) + len(said) :]
+    turn = after[after.index(start) + len(start) :]
     return turn[: turn.index(end)] if end in turn else turn, traits
 
 

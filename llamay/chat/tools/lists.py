@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -119,8 +120,8 @@ class JsonListFormat(TemplateFormat):
         body = f'ws? {call}{more} ws? "]"'
         if not self.replay:
             body = f'ws? "[" {body}'
-        if self.fence[0]:
-            body = f'ws? {lit(self.fence[0])} "\\n" {body} "\\n" {lit(self.fence[1])}'
+        if self.fence[0]:  # the template writes "```json\n[...]```\n"
+            body = f"ws? {lit(self.fence[0])} {body} ws? {lit(self.fence[1])} ws?"
         if self.close:
             body += f" {marker(self.close, special)}"
         plan = marked_plan(rules, body, self.opener, special, choice.forced)
@@ -140,8 +141,21 @@ class JsonListFormat(TemplateFormat):
         return ToolStreamParser(CallSyntax(openers=syntax.openers, program=program), tools, finish_tool)
 
 
+@dataclass
+class FirefunctionFormat(JsonListFormat):
+    """Firefunction's template reads the tools as `functions` (their JSON) and the date as
+    `datetime`, not `tools`; both must be set, tools or not."""
+
+    def prepare(
+        self, messages: list[dict[str, Any]], tools: list[ToolSpec]
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        out, extra = super().prepare(messages, tools)
+        functions = json.dumps(openai_tools(tools), indent=2, ensure_ascii=False) if tools else ""
+        return out, {**extra, "functions": functions, "datetime": time.strftime("%b %d %Y")}
+
+
 GRANITE = JsonListFormat("granite", "<|tool_call|>")
-FIREFUNCTION = JsonListFormat("firefunction", "functools[", replay="[", lead=" ")
+FIREFUNCTION = FirefunctionFormat("firefunction", "functools[", replay="[", lead=" ")
 COMMAND_R_PLUS = JsonListFormat(
     "command_r_plus",
     "Action:",
