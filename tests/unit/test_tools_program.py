@@ -105,3 +105,18 @@ def test_a_string_parameter_streams_as_it_is_written() -> None:
     parser.push("<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>")
     parser.finish()
     assert parser.calls[0].arguments == '{"text": "line one\\nline two", "n": 3}'
+
+
+def test_command_r_plus_may_answer_directly_when_the_choice_is_auto() -> None:
+    from llamay.chat.tools import FORMATS, ToolChoice
+
+    fmt = FORMATS["command_r_plus"]
+    direct = '\n```json\n[{"tool_name": "directly-answer", "parameters": {}}]\n```'
+    parser = fmt.parser(TOOLS)
+    parser.push("Action:" + direct)
+    parser.finish()
+    assert parser.calls == [] and parser.content == ""  # not a call, and nothing to show
+    assert fmt.plan(TOOLS, ToolChoice("auto"), False, lambda _: None).grammar.matches(direct.encode())
+    forced = fmt.plan(TOOLS, ToolChoice("required"), False, lambda _: None)
+    assert not forced.grammar.matches(("Action:" + direct).encode())
+    assert forced.grammar.matches(b'Action:\n```json\n[{"tool_name": "f", "parameters": {}}]```')

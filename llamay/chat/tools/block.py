@@ -50,6 +50,7 @@ class CallSyntax:
     separators: str = " \t\r\n"
     program: Callable[[BlockIO, str], Program] | None = None
     lead: bool = False
+    silent_names: tuple[str, ...] = ()
 
     def is_call(self, path: Path) -> bool:
         return len(path) == len(self.call_path) and all(
@@ -175,6 +176,10 @@ class Block:
         if self.finish_tool is not None and call.name == self.finish_tool:
             call.finish = True
             call.summary = JsonScanner(SummaryListener(self.out))
+            self.emitted = True
+        elif call.name in self.syntax.silent_names:  # a call that means "no call"
+            call.finish = True
+            call.summary = JsonScanner(SummaryListener([]))
             self.emitted = True
         elif (reported := self.report(call.name)) is not None:
             call.index, call.id = reported

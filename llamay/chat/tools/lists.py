@@ -83,6 +83,9 @@ class JsonListFormat(TemplateFormat):
     # Text the model writes before the marker in a forced call (Firefunction's space).
     lead: str = ""
     render_calls: bool = False
+    # A tool the template offers the model for answering without a call (Command R+'s
+    # "directly-answer"): allowed when the choice is "auto", never reported.
+    answer_tool: str | None = None
 
     def prepare(
         self, messages: list[dict[str, Any]], tools: list[ToolSpec]
@@ -112,9 +115,10 @@ class JsonListFormat(TemplateFormat):
     def plan(self, tools: list[ToolSpec], choice: ToolChoice, parallel: bool, special: Special) -> ToolPlan:
         rules = LarkRules()
         id_rule = rules.add("ID", '/"[0-9]{1,3}"/') if self.id_key else None
-        call = call_object(
-            rules, chosen_tools(tools, choice), self.keys, self.name_key, self.args_key, id_rule
-        )
+        chosen = chosen_tools(tools, choice)
+        if self.answer_tool and not choice.forced and self.answer_tool not in {t.name for t in tools}:
+            chosen.append(ToolSpec(self.answer_tool, parameters={"type": "object", "properties": {}}))
+        call = call_object(rules, chosen, self.keys, self.name_key, self.args_key, id_rule)
         more = f' (ws? "," ws? {call})*' if parallel else ""
         # The opener may end with the array's "[" (Firefunction's "functools[").
         body = f'ws? {call}{more} ws? "]"'
@@ -136,6 +140,7 @@ class JsonListFormat(TemplateFormat):
             call_path=("*",),
             name_keys=(self.name_key,),
             args_keys=(self.args_key,),
+            silent_names=tuple(n for n in (self.answer_tool,) if n and n not in {t.name for t in tools}),
         )
         program = functools.partial(_list_program, syntax=syntax, fence=self.fence, close=self.close)
         return ToolStreamParser(CallSyntax(openers=syntax.openers, program=program), tools, finish_tool)
@@ -163,6 +168,7 @@ COMMAND_R_PLUS = JsonListFormat(
     name_key="tool_name",
     args_key="parameters",
     fence=("```json", "```"),
+    answer_tool="directly-answer",
 )
 COMMAND_R7B = JsonListFormat(
     "command_r7b",
