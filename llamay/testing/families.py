@@ -17,15 +17,18 @@ special-token spelling (``<|...|>``, ``<｜...｜>``, ``[UPPER_CASE]``, ``<think
 ...), plus the ``extra`` tokens listed per family.
 
 The weights: one layer, tiny widths, output rows random except for one "bias" channel
-(embedding channel 0 is a constant 1) that gives every control token a large negative logit,
-so greedy and sampled text never stops or emits a marker on its own: what the server does
-about markers (force a close, trigger a call) is all that puts them in the output.
+(embedding channel 0 is a constant 1) that gives every control token but the end of turn a
+large negative logit, so free text never emits a marker on its own: what the server does about
+markers (force a close, trigger a call) is all that puts them in the output. The end of turn
+is one token among ~150k in free text, and one of a few where a constraint allows it (after
+a call, so parallel calls end). A family's ``opener`` is wired in as a chain of successors.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import struct
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -33,6 +36,20 @@ from typing import Any
 
 import gguf
 import numpy as np
+
+from llamay.testing._gguf_raw import (
+    BOOL,
+    FLOAT32,
+    INT32,
+    STRING,
+    UINT32,
+    RawValue,
+    number_array,
+    read_kv,
+    scalar,
+    string_array,
+    write_gguf,
+)
 
 __all__ = ["FAMILIES", "Family", "llama_cpp_models", "family_template", "write_family"]
 
@@ -50,8 +67,13 @@ _CONTROL_BIAS = -12.0  # logit offset of control tokens: never chosen unless for
 class Family:
     """One model family: its template file (a stem in ``models/templates``), the vocabulary
     it uses (a ``ggml-vocab-<vocab>.gguf``), its BOS and end-of-turn tokens (text), and
-    control tokens to add beyond those its template spells. ``thinks``: the template has a
-    think block (or channel). ``vocab_note``: why a stand-in vocabulary, when it is one."""
+    control tokens to add beyond those its template spells. ``thinks``: the model thinks
+    before answering (its template opens the think block, or the weights do: ``opener``).
+    ``off_switch``: the template closes the block when ``enable_thinking`` is false.
+    ``vocab_note``: why a stand-in vocabulary, when it is one. ``opener``: the token that ends
+    the generation prompt, then the tokens the model writes to open its think block, which
+    the weights make each one's successor (vocabulary spellings: "Ċ" is a newline in a
+    byte-level BPE)."""
 
     name: str
     template: str
@@ -61,6 +83,8 @@ class Family:
     extra: tuple[str, ...] = ()
     thinks: bool = False
     vocab_note: str = ""
+    opener: tuple[str, ...] = ()
+    off_switch: bool = False
 
 
 _LLAMA = "llama-bpe"
@@ -78,15 +102,16 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     _f("hermes-2-pro", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use", _LLAMA, "<|im_end|>"),
     _f("hermes-3", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use", _LLAMA, "<|im_end|>"),
     _f("qwen-2.5", "Qwen-Qwen2.5-7B-Instruct", _QWEN, "<|im_end|>"),
-    _f("qwen3", "Qwen-Qwen3-0.6B", _QWEN, "<|im_end|>", thinks=True),
-    _f("qwq", "Qwen-QwQ-32B", _QWEN, "<|im_end|>", thinks=True),
+    _f("qwen3", "Qwen-Qwen3-0.6B", _QWEN, "<|im_end|>", thinks=True, opener=("Ċ", "<think>"), off_switch=True),
+    _f("qwq", "Qwen-QwQ-32B", _QWEN, "<|im_end|>", thinks=True, off_switch=True),
     _f("qwen3-coder", "Qwen3-Coder", _QWEN, "<|im_end|>"),
-    _f("qwen-3.5", "Qwen3.5-4B", "qwen35", "<|im_end|>", thinks=True),
+    _f("qwen-3.5", "Qwen3.5-4B", "qwen35", "<|im_end|>", thinks=True, off_switch=True),
     _f("deepseek-r1-llama", "deepseek-ai-DeepSeek-R1-Distill-Llama-8B", _LLAMA, "<｜end▁of▁sentence｜>",
        bos="<｜begin▁of▁sentence｜>", thinks=True),
     _f("deepseek-r1-qwen", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", _QWEN, "<｜end▁of▁sentence｜>",
        bos="<｜begin▁of▁sentence｜>", thinks=True),
     _f("deepseek-v3.1", "deepseek-ai-DeepSeek-V3.1", "deepseek-llm", "<｜end▁of▁sentence｜>", thinks=True,
+       off_switch=True,
        vocab_note="DeepSeek LLM's vocabulary stands in for V3's (same family of byte-level BPE)"),
     _f("mistral-nemo", "mistralai-Mistral-Nemo-Instruct-2407", _LLAMA, "</s>", bos="<s>", extra=("<s>", "</s>"),
        vocab_note="Llama 3's vocabulary stands in for Tekken (not in llama.cpp's tree)"),
@@ -95,16 +120,17 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     _f("devstral", "unsloth-mistral-Devstral-Small-2507", _LLAMA, "</s>", bos="<s>", extra=("<s>", "</s>"),
        vocab_note="Llama 3's vocabulary stands in for Tekken"),
     _f("ministral-reasoning", "mistralai-Ministral-3-14B-Reasoning-2512", _LLAMA, "</s>", bos="<s>",
-       extra=("<s>", "</s>"), thinks=True, vocab_note="Llama 3's vocabulary stands in for Tekken"),
+       extra=("<s>", "</s>"), thinks=True, opener=("[/INST]", "[THINK]"),
+       vocab_note="Llama 3's vocabulary stands in for Tekken"),
     _f("phi-3.5", "microsoft-Phi-3.5-mini-instruct", "phi-3", "<|end|>"),
     _f("gemma-2", "google-gemma-2-2b-it", "gemma-4", "<end_of_turn>", bos="<bos>",
        extra=("<start_of_turn>", "<end_of_turn>"), vocab_note="Gemma 4's vocabulary stands in for Gemma 2's"),
-    _f("gemma-4", "google-gemma-4-31B-it", "gemma-4", "<turn|>", bos="<bos>", thinks=True),
+    _f("gemma-4", "google-gemma-4-31B-it", "gemma-4", "<turn|>", bos="<bos>"),
     _f("command-r-plus", "CohereForAI-c4ai-command-r-plus-tool_use", "command-r", "<|END_OF_TURN_TOKEN|>",
        bos="<BOS_TOKEN>"),
     _f("command-r7b", "CohereForAI-c4ai-command-r7b-12-2024-tool_use", "command-r", "<|END_OF_TURN_TOKEN|>",
-       bos="<BOS_TOKEN>", thinks=True, vocab_note="Command-R's vocabulary stands in for R7B's"),
-    _f("granite-3.3", "ibm-granite-granite-3.3-2B-Instruct", "starcoder", "<|end_of_text|>", thinks=True,
+       bos="<BOS_TOKEN>", vocab_note="Command-R's vocabulary stands in for R7B's"),
+    _f("granite-3.3", "ibm-granite-granite-3.3-2B-Instruct", "starcoder", "<|end_of_text|>",
        vocab_note="StarCoder's vocabulary stands in for Granite's (Granite's derives from it)"),
     _f("granite-4", "ibm-granite-granite-4.0", "starcoder", "<|end_of_text|>",
        vocab_note="StarCoder's vocabulary stands in for Granite's"),
@@ -112,12 +138,15 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
        extra=("<|eom_id|>", "<|python_tag|>")),
     _f("functionary-3.2", "meetkai-functionary-medium-v3.2", _LLAMA, "<|eot_id|>"),
     _f("firefunction-2", "fireworks-ai-llama-3-firefunction-v2", _LLAMA, "<|eot_id|>"),
-    _f("smollm3", "HuggingFaceTB-SmolLM3-3B", _LLAMA, "<|im_end|>", thinks=True,
+    _f("smollm3", "HuggingFaceTB-SmolLM3-3B", _LLAMA, "<|im_end|>", thinks=True, opener=("Ċ", "<think>"),
+       off_switch=True,
        vocab_note="Llama 3's vocabulary stands in for SmolLM3's (derived from it)"),
-    _f("gpt-oss", "openai-gpt-oss-120b", _LLAMA, "<|return|>", extra=("<|constrain|>",), thinks=True,
+    _f("gpt-oss", "openai-gpt-oss-120b", _LLAMA, "<|return|>", extra=("<|constrain|>", "<|call|>"), thinks=True,
+       opener=("assistant", "<|channel|>", "analysis", "<|message|>"),
        vocab_note="Llama 3's vocabulary stands in for o200k_harmony"),
     _f("kimi-k2", "moonshotai-Kimi-K2", _QWEN, "<|im_end|>", vocab_note="Qwen 2's vocabulary stands in for Kimi's"),
     _f("glm-4.6", "GLM-4.6", _QWEN, "<|user|>", extra=("<|endoftext|>", "[gMASK]", "<sop>"), thinks=True,
+       opener=("<|assistant|>", "<think>"), off_switch=True,
        vocab_note="Qwen 2's vocabulary stands in for GLM's"),
     _f("minimax-m2", "MiniMax-M2", _QWEN, "[e~[", extra=("]~!b[", "]~b]", "[e~["), thinks=True,
        vocab_note="Qwen 2's vocabulary stands in for MiniMax's"),
@@ -151,19 +180,22 @@ def family_template(family: Family) -> str:
 
 
 @cache
-def _vocab(name: str) -> dict[str, Any]:
-    reader = gguf.GGUFReader(llama_cpp_models() / f"ggml-vocab-{name}.gguf")
-    out: dict[str, Any] = {}
-    for key, field in reader.fields.items():
-        if key.startswith("tokenizer.ggml."):
-            out[key] = field.contents()
-    return out
+def _vocab(name: str) -> dict[str, RawValue]:
+    return {k: v for k, v in read_kv(llama_cpp_models() / f"ggml-vocab-{name}.gguf").items() if k.startswith("tokenizer.ggml.")}
+
+
+@cache
+def _tokens(name: str) -> tuple[list[str], list[int]]:
+    vocab = _vocab(name)
+    types = vocab["tokenizer.ggml.token_type"]
+    count = types.count
+    return vocab["tokenizer.ggml.tokens"].strings(), list(struct.unpack_from(f"<{count}i", types.data, 12))
 
 
 def added_tokens(family: Family) -> list[str]:
     """The control tokens ``write_family`` adds: what the template spells as special tokens
     and the family's ``extra``, less what the vocabulary already has, in a stable order."""
-    have = set(_vocab(family.vocab)["tokenizer.ggml.tokens"])
+    have = set(_tokens(family.vocab)[0])
     wanted = list(family.extra) + sorted(set(_SPECIAL.findall(family_template(family))))
     for t in (family.eos, family.bos):
         if t is not None:
@@ -181,59 +213,54 @@ def write_family(
     """Write ``family``'s tiny model to ``path`` (same arguments, same bytes) and return it."""
     fam = FAMILIES[family] if isinstance(family, str) else family
     vocab = _vocab(fam.vocab)
-    tokens = list(vocab["tokenizer.ggml.tokens"])
-    types = [int(t) for t in vocab["tokenizer.ggml.token_type"]]
+    tokens, types = _tokens(fam.vocab)
     added = added_tokens(fam)
-    tokens += added
-    types += [int(gguf.TokenType.CONTROL)] * len(added)
-    ids = {t: i for i, t in enumerate(tokens)}
-    n_vocab = len(tokens)
-
-    path = Path(path)
-    writer = gguf.GGUFWriter(path, "llama")
-    writer.add_name(f"tiny-{fam.name}")
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    ids = {t: i for i, t in enumerate(tokens)} | {t: len(tokens) + i for i, t in enumerate(added)}
+    types = types + [int(gguf.TokenType.CONTROL)] * len(added)
     n_head, n_head_kv, n_ff = 4, 2, 64
-    writer.add_vocab_size(n_vocab)
-    writer.add_context_length(n_ctx_train)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(1)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_head_kv)
-    writer.add_rope_dimension_count(n_embd // n_head)
-    writer.add_rope_freq_base(1e6)
-    writer.add_layer_norm_rms_eps(1e-5)
 
-    writer.add_tokenizer_model(str(vocab["tokenizer.ggml.model"]))
+    kv: dict[str, RawValue] = {
+        "general.architecture": scalar(STRING, "llama"),
+        "general.name": scalar(STRING, f"tiny-{fam.name}"),
+        "general.file_type": scalar(UINT32, int(gguf.LlamaFileType.MOSTLY_F16)),
+        "llama.vocab_size": scalar(UINT32, len(types)),
+        "llama.context_length": scalar(UINT32, n_ctx_train),
+        "llama.embedding_length": scalar(UINT32, n_embd),
+        "llama.block_count": scalar(UINT32, 1),
+        "llama.feed_forward_length": scalar(UINT32, n_ff),
+        "llama.attention.head_count": scalar(UINT32, n_head),
+        "llama.attention.head_count_kv": scalar(UINT32, n_head_kv),
+        "llama.rope.dimension_count": scalar(UINT32, n_embd // n_head),
+        "llama.rope.freq_base": scalar(FLOAT32, 1e6),
+        "llama.attention.layer_norm_rms_epsilon": scalar(FLOAT32, 1e-5),
+        "tokenizer.ggml.model": vocab["tokenizer.ggml.model"],
+    }
     if "tokenizer.ggml.pre" in vocab:
-        writer.add_tokenizer_pre(str(vocab["tokenizer.ggml.pre"]))
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
+        kv["tokenizer.ggml.pre"] = vocab["tokenizer.ggml.pre"]
+    kv["tokenizer.ggml.tokens"] = string_array(added, prefix=vocab["tokenizer.ggml.tokens"])
+    kv["tokenizer.ggml.token_type"] = number_array(INT32, types[len(tokens) :], prefix=vocab["tokenizer.ggml.token_type"])
     if "tokenizer.ggml.merges" in vocab:
-        writer.add_token_merges(list(vocab["tokenizer.ggml.merges"]))
+        kv["tokenizer.ggml.merges"] = vocab["tokenizer.ggml.merges"]
     if "tokenizer.ggml.scores" in vocab:
-        writer.add_token_scores([float(s) for s in vocab["tokenizer.ggml.scores"]] + [0.0] * len(added))
-    bos = ids[fam.bos] if fam.bos is not None else vocab.get("tokenizer.ggml.bos_token_id")
+        kv["tokenizer.ggml.scores"] = number_array(FLOAT32, [0.0] * len(added), prefix=vocab["tokenizer.ggml.scores"])
+    bos = ids[fam.bos] if fam.bos is not None else None
+    if bos is None and "tokenizer.ggml.bos_token_id" in vocab:
+        bos = int(vocab["tokenizer.ggml.bos_token_id"].scalar())
     if bos is not None:
-        writer.add_bos_token_id(int(bos))
-    writer.add_eos_token_id(ids[fam.eos])
-    writer.add_eot_token_id(ids[fam.eos])
-    for key, add in (("unknown", writer.add_unk_token_id), ("padding", writer.add_pad_token_id)):
-        value = vocab.get(f"tokenizer.ggml.{key}_token_id")
-        if value is not None:
-            add(int(value))
-    writer.add_add_bos_token(bool(vocab.get("tokenizer.ggml.add_bos_token", False)))
-    writer.add_add_eos_token(False)
-    writer.add_chat_template(family_template(fam))
-
-    for name, data in _weights(types, np.random.default_rng(seed), n_embd, n_head, n_head_kv, n_ff).items():
-        writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+        kv["tokenizer.ggml.bos_token_id"] = scalar(UINT32, bos)
+    kv["tokenizer.ggml.eos_token_id"] = scalar(UINT32, ids[fam.eos])
+    kv["tokenizer.ggml.eot_token_id"] = scalar(UINT32, ids[fam.eos])
+    for key in ("tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id"):
+        if key in vocab:
+            kv[key] = vocab[key]
+    add_bos = vocab.get("tokenizer.ggml.add_bos_token")
+    kv["tokenizer.ggml.add_bos_token"] = scalar(BOOL, bool(add_bos.scalar()) if add_bos is not None else False)
+    kv["tokenizer.ggml.add_eos_token"] = scalar(BOOL, False)
+    kv["tokenizer.chat_template"] = scalar(STRING, family_template(fam))
+    weights = _weights(types, np.random.default_rng(seed), n_embd, n_head, n_head_kv, n_ff)
+    weights["output.weight"][ids[fam.eos], 0] = 0.0  # reachable, so a constraint can end an answer
+    _link(weights, [ids[t] for t in fam.opener])
+    return write_gguf(path, kv, weights)
 
 
 def _weights(
@@ -266,3 +293,14 @@ def _weights(
         "output_norm.weight": np.ones(n_embd, dtype=f32),
         "output.weight": output.astype(f16),
     }
+
+
+def _link(weights: dict[str, np.ndarray], chain: list[int]) -> None:
+    """Make each token of `chain` the strong greedy successor of the one before it: its
+    output row points along the predecessor's embedding (a logit of ~n_embd, where random
+    rows reach ~15), and it loses the control tokens' negative bias."""
+    embd, output = weights["token_embd.weight"], weights["output.weight"]
+    for prev, nxt in zip(chain, chain[1:], strict=False):
+        row = embd[prev].astype(np.float32)
+        row[0] = 0.0
+        output[nxt] = row.astype(output.dtype)
