@@ -181,9 +181,10 @@ def thinking_plan(
     the request's (or the server's default, put in by the route). Under a constraint (tools,
     a schema) the answer keeps its room whatever the budget: the grammar's length bound
     when it has one, else ANSWER_SHARE of max_tokens; so a thinking model that never
-    closes its block still answers with a call or an object."""
+    closes its block still answers with a call or an object. Thinking off is a budget of 0:
+    a block the template opens anyway (or the model does) is closed at once."""
     markers = traits.reasoning
-    if markers is None or not opts.thinking:
+    if markers is None:
         return None
     model = lm.model
     close_text = markers.close_tag + getattr(markers, "resume", "")
@@ -193,6 +194,8 @@ def thinking_plan(
     think_open = tuple(model.tokenize(markers.open_tag, add_special=False, parse_special=True))
     constrained = plan is not None and plan.grammar is not None
     budget = opts.thinking_budget if opts.thinking_budget is not None else lm.thinking_budget
+    if not opts.thinking:
+        budget = 0  # off: a block the template or the model opens anyway is closed at once
     if not close or (budget is None and not constrained):
         return None
     reserve, share = 0, 0.0
@@ -221,7 +224,7 @@ def _constraint(
             parallel = supports_parallel_calls(lm.template.source)
         parallel = parallel and opts.tool_choice.mode != "function"
         tp = traits.tool_format.plan(tools, opts.tool_choice, parallel, lm.model.special_id)
-        if markers is not None:
+        if markers is not None and (opts.thinking or started):
             tp = think_first(tp, markers, started=started, special=lm.model.special_id)
         if tp.immediate:
             return ConstraintPlan(tp.grammar, label="tools")

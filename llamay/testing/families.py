@@ -258,7 +258,10 @@ def write_family(
     kv["tokenizer.ggml.add_eos_token"] = scalar(BOOL, False)
     kv["tokenizer.chat_template"] = scalar(STRING, family_template(fam))
     weights = _weights(types, np.random.default_rng(seed), n_embd, n_head, n_head_kv, n_ff)
-    weights["output.weight"][ids[fam.eos], 0] = 0.0  # reachable, so a constraint can end an answer
+    output = weights["output.weight"]
+    output[ids[fam.eos], 0] = 0.0  # reachable, so a constraint can end an answer
+    blank = [i for i, t in enumerate(tokens) if types[i] == int(gguf.TokenType.NORMAL) and _is_blank(t)]
+    output[blank, 0] = _CONTROL_BIAS  # whitespace only where a format demands it: compact answers
     _link(weights, [ids[t] for t in fam.opener])
     return write_gguf(path, kv, weights)
 
@@ -270,6 +273,7 @@ def _weights(
     f16, f32 = np.float16, np.float32
     embd = rng.standard_normal((n_vocab, n_embd), dtype=f32)
     embd[:, 0] = 1.0  # the bias channel (see the module docstring)
+    embd[:, 1 : 1 + _LINKS] = 0.0  # the link channels (see _link)
     output = rng.standard_normal((n_vocab, n_embd), dtype=f32) * f32(3.0 / np.sqrt(n_embd))
     special = np.array([t not in (int(gguf.TokenType.NORMAL), int(gguf.TokenType.BYTE)) for t in types])
     output[:, 0] = np.where(special, _CONTROL_BIAS, 0.0)
@@ -278,7 +282,7 @@ def _weights(
         return (rng.standard_normal((rows, cols)) * (scale / np.sqrt(cols))).astype(f32)
 
     wo, down = matrix(n_embd, n_head * head_dim, 0.3), matrix(n_embd, n_ff, 0.3)
-    wo[0] = down[0] = 0.0  # nothing writes to the bias channel
+    wo[: 1 + _LINKS] = down[: 1 + _LINKS] = 0.0  # nothing writes to the bias and link channels
     return {
         "token_embd.weight": embd.astype(f16),
         "blk.0.attn_norm.weight": np.ones(n_embd, dtype=f32),
@@ -295,12 +299,25 @@ def _weights(
     }
 
 
+def _is_blank(token: str) -> bool:
+    """A token of whitespace only, in the byte-level spelling ("Ġ" space, "Ċ" newline, "ĉ"
+    tab, "č" return) or SentencePiece's ("▁")."""
+    return bool(token) and all(c in " \t\n\rĠĊĉč▁" for c in token)
+
+
+_LINKS = 3  # channels that carry a chain link (a family's opener has at most three)
+_LINK_MARK = 6.0  # a predecessor's value in its link channel
+_LINK_GAIN = 8.0  # its successor's weight on it: ~+30 logits after the predecessor, 0 elsewhere
+
+
 def _link(weights: dict[str, np.ndarray], chain: list[int]) -> None:
-    """Make each token of `chain` the strong greedy successor of the one before it: its
-    output row points along the predecessor's embedding (a logit of ~n_embd, where random
-    rows reach ~15), and it loses the control tokens' negative bias."""
+    """Make each token of `chain` the greedy successor of the one before it: link i marks
+    its predecessor in embedding channel 1 + i, which nothing else writes, and its successor
+    reads that channel; elsewhere the successor keeps the control tokens' negative bias."""
     embd, output = weights["token_embd.weight"], weights["output.weight"]
-    for prev, nxt in zip(chain, chain[1:], strict=False):
-        row = embd[prev].astype(np.float32)
-        row[0] = 0.0
-        output[nxt] = row.astype(output.dtype)
+    if len(chain) - 1 > _LINKS:
+        raise ValueError(f"an opener chain of {len(chain)} tokens is longer than {_LINKS + 1}")
+    for i, (prev, nxt) in enumerate(zip(chain, chain[1:], strict=False)):
+        embd[prev, 1 + i] = _LINK_MARK
+        output[nxt, 1 + i] = _LINK_GAIN
+        output[nxt, 0] = _CONTROL_BIAS

@@ -50,8 +50,9 @@ CONSTRAINED = 96  # room for thinking (the budget) and a call or two, or an obje
 BUDGET = 16  # thinking budget of the thinking checks (the server's default, -reasoning-budget)
 THINK_ROOM = 40  # max_tokens of the thinking checks: the budget, the close, then an answer
 # Think and channel markers: none of them may reach an answer.
-MARKERS = ("<think>", "</think>", "[THINK]", "[/THINK]", "<|channel|>", "<|message|>", "<|START_THINKING|>",
-           "<|END_THINKING|>", "<|channel>", "<channel|>")  # fmt: skip
+MARKERS = ("<think>", "</think>", "[THINK]", "[/THINK]", "<|channel|>", "<|START_THINKING|>", "<|END_THINKING|>",
+           "<|channel>", "<channel|>")  # fmt: skip
+CLOSERS = ("</think>", "[/THINK]", "<|END_THINKING|>", "<channel|>", "<|end|>")
 
 
 @dataclass(frozen=True)
@@ -79,9 +80,14 @@ def _valid_call(name: str, arguments: Any, allowed: tuple[str, ...] = tuple(SCHE
     jsonschema.validate(args, SCHEMAS[name])
 
 
-def _clean(text: str) -> None:
-    leaked = [m for m in MARKERS if m in text]
-    assert not leaked, f"think markers {leaked} in the answer: {text[:300]!r}"
+def _clean(text: str, reasoning: str = "") -> None:
+    """The answer holds no think block: it opens with no marker, and holds neither a close
+    marker (the server forces one; the split must take it) nor the reasoning."""
+    head = text.lstrip()
+    opened = [m for m in MARKERS if head.startswith(m)]
+    closed = [m for m in CLOSERS if m in text]
+    assert not opened and not closed, f"think markers {opened + closed} in the answer: {text[:300]!r}"
+    assert not reasoning or reasoning not in text, "the reasoning is in the answer"
 
 
 def _history_openai() -> list[dict[str, Any]]:
@@ -208,7 +214,7 @@ def openai_think_on(s: Server) -> None:
     r = _oa(s, max_tokens=THINK_ROOM, extra_body={"reasoning_budget_tokens": BUDGET})
     m = r.choices[0].message
     reasoning, content = _oa_reasoning(m), m.content or ""
-    _clean(content)
+    _clean(content, reasoning)
     details = r.usage.completion_tokens_details if r.usage is not None else None
     counted = (details.reasoning_tokens or 0) if details is not None else 0
     if s.family.thinks:
@@ -334,7 +340,7 @@ def anthropic_think_on(s: Server) -> None:
     m = _an(s, max_tokens=THINK_ROOM, thinking={"type": "enabled", "budget_tokens": BUDGET})
     thought = "".join(b.thinking for b in m.content if b.type == "thinking")
     text = _an_text(m)
-    _clean(text)
+    _clean(text, thought)
     if s.family.thinks:
         assert thought and text, f"thinking {thought!r}, text {text!r}"
     else:
@@ -412,7 +418,7 @@ def ollama_json(s: Server) -> None:
 def ollama_think_on(s: Server) -> None:
     (r,) = _ol(s, think=True, num_predict=THINK_ROOM)  # the server's default budget applies
     thought, content = r["message"].get("thinking") or "", r["message"]["content"]
-    _clean(content)
+    _clean(content, thought)
     if s.family.thinks:
         assert thought and content, f"thinking {thought!r}, content {content!r}"
     else:
