@@ -389,8 +389,12 @@ def ollama_stream(s: Server) -> None:
     text = "".join(x["message"].get("content", "") for x in lines)
     (whole,) = _ol(s, tools=OLLAMA_TOOLS, num_predict=CONSTRAINED)
     assert text == whole["message"]["content"], "streamed text differs from the whole reply"
-    streamed = [c for x in lines for c in x["message"].get("tool_calls") or []]
-    assert streamed == (whole["message"].get("tool_calls") or [])
+    def calls(messages: list[dict[str, Any]]) -> list[tuple[str, Any]]:  # ids are fresh each time
+        return [(c["function"]["name"], c["function"]["arguments"]) for m in messages for c in m.get("tool_calls") or []]
+
+    assert calls([x["message"] for x in lines]) == calls([whole["message"]]), "streamed calls differ"
+    for name, arguments in calls([whole["message"]]):
+        _valid_call(name, arguments)
 
 
 def ollama_history(s: Server) -> None:
