@@ -179,9 +179,9 @@ def thinking_plan(
     The close is the family's own marker as tokens (gpt-oss's `<|end|>`, the resume
     `<|start|>assistant`, and for a free answer the final channel's header). The budget is
     the request's (or the server's default, put in by the route). Under a constraint (tools,
-    a schema) the answer keeps its room whatever the budget: the grammar's length bound
-    when it has one, else ANSWER_SHARE of max_tokens; so a thinking model that never
-    closes its block still answers with a call or an object. Thinking off is a budget of 0:
+    a schema) the answer keeps its room whatever the budget: ANSWER_SHARE of max_tokens, or
+    the grammar's length bound when that is less; so a thinking model that never closes its
+    block still answers with a call or an object. Thinking off is a budget of 0:
     a block the template opens anyway (or the model does) is closed at once."""
     markers = traits.reasoning
     if markers is None:
@@ -202,7 +202,7 @@ def thinking_plan(
     if constrained:
         assert plan is not None
         bound = getattr(plan.grammar, "max_bytes", None)
-        reserve, share = (bound + 1, 0.0) if bound is not None else (0, ANSWER_SHARE)
+        reserve, share = (bound + 1 if bound is not None else 0), ANSWER_SHARE
     return ConstraintPlan(
         None, budget=budget, label="think", close=close, thinking=started,
         think_open=think_open, reserve=reserve, reserve_share=share,

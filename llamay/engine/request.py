@@ -33,8 +33,8 @@ class ConstraintPlan:
     prompt having opened it; or once the output ends with `think_open`), the engine forces
     `close` (the family's marker, one token or several: e.g. gpt-oss's channel switch), token
     by token, as soon as `budget` tokens were generated or fewer than the answer's room is
-    left of `max_tokens`: `reserve` tokens, or `reserve_share` of `max_tokens` when that is
-    more. A block the model closes itself (the output ends with `close`'s first token) is
+    left of `max_tokens`: `reserve_share` of `max_tokens`, or `reserve` tokens when that is
+    less (and set). A block the model closes itself (the output ends with `close`'s first token) is
     not forced again, nor is a block opened after one closed. `budget_token` alone (older
     callers) means `close=(budget_token,)` with `thinking` true.
     """
@@ -66,7 +66,8 @@ class ConstraintPlan:
         """Tokens kept for the answer after the close, under `max_tokens`."""
         if max_tokens is None:
             return 0
-        return max(self.reserve, int(self.reserve_share * max_tokens))
+        share = int(self.reserve_share * max_tokens)
+        return min(self.reserve, share) if self.reserve else share
 
     @property
     def lazy(self) -> bool:
