@@ -52,9 +52,6 @@ def test_family(outcomes: dict[str, str], route: str, check: str) -> None:
     assert not failure, failure
 
 
-def test_every_family_is_in_the_matrix() -> None:
-    # The families the docs list (docs/models.md), each with a template and a vocabulary.
-    names = set(FAMILIES)
+def test_docs_list_every_family() -> None:
     docs = (Path(__file__).parents[2] / "docs" / "models.md").read_text()
-    assert all(f"`{n}`" in docs for n in names), sorted(n for n in names if f"`{n}`" not in docs)
-    assert len(names) == 33
+    assert not [n for n in FAMILIES if f"| `{n}` |" not in docs]
