@@ -21,8 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.common import free_port, llamay_serve_argv, print_json, running_server
+from bench.common import print_json
 from bench.llama_server import build, server_argv
+from llamay.testing.server import free_port, llamay_serve_argv, start_server
 from llamay.testing.families import FAMILIES, write_family
 from tests.model.family_cells import BUDGET, CHECKS, Server
 from tests.model.test_families import CELLS
@@ -48,12 +49,12 @@ def measure(family: str, folder: Path, exe: Path) -> dict[str, Any]:
     model = write_family(family, folder / f"{family}.gguf")
     port = free_port()
     argv = llamay_serve_argv(model, port, "-ctx", "8192", "-concurrency", "8", "-reasoning-budget", str(BUDGET))
-    with running_server("llamay", argv, port, "/health", env={"LLAMAY_HOME": str(folder / "home")}):
+    with start_server("llamay", argv, port, env={"LLAMAY_HOME": str(folder / "home")}):
         ours = run_cells(f"http://127.0.0.1:{port}", family)
     port = free_port()
     argv = [*server_argv(exe, model, port, threads=2, n_ctx=8192, parallel=8), "--jinja",
             "--reasoning-budget", str(BUDGET)]  # fmt: skip
-    with running_server("llama-server", argv, port, "/health"):
+    with start_server("llama-server", argv, port):
         theirs = run_cells(f"http://127.0.0.1:{port}", family)
     return {
         "cells": len(CELLS),
