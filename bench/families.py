@@ -1,5 +1,5 @@
 """The family matrix (tests/model/test_families.py) against llamay and against llama.cpp's
-own `llama-server --jinja`, built from the same llama.cpp source (bench/llama_server.py),
+own `llama-server --jinja`, built from the same llama.cpp source (bench/serve/llama_server.py),
 on the same tiny models: every family x route x check, both counts side by side.
 
     .venv/bin/python -m bench.families                     # all families
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import print_json
-from bench.llama_server import build, server_argv
-from llamay.testing.server import free_port, llamay_serve_argv, start_server
+from bench.serve.llama_server import build, server_argv
 from llamay.testing.families import FAMILIES, write_family
+from llamay.testing.server import free_port, llamay_serve_argv, start_server
 from tests.model.family_cells import BUDGET, CHECKS, Server
 from tests.model.test_families import CELLS
 
