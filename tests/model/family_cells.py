@@ -32,11 +32,11 @@ TIME_ARGS = {
     "additionalProperties": False,
 }
 SCHEMAS = {"get_weather": WEATHER_ARGS, "get_time": TIME_ARGS}
-OPENAI_TOOLS = [
+OPENAI_TOOLS: Any = [
     {"type": "function", "function": {"name": n, "description": f"{n} tool", "parameters": s}}
     for n, s in SCHEMAS.items()
 ]
-ANTHROPIC_TOOLS = [{"name": n, "description": f"{n} tool", "input_schema": s} for n, s in SCHEMAS.items()]
+ANTHROPIC_TOOLS: Any = [{"name": n, "description": f"{n} tool", "input_schema": s} for n, s in SCHEMAS.items()]
 ANSWER = {
     "type": "object",
     "properties": {"answer": {"type": "string", "maxLength": 12}, "sure": {"type": "boolean"}},
