@@ -72,6 +72,7 @@ class RuntimeConfig:
     chat_template_file: Path | None = None
     home: Path | None = None  # contexts are saved under home/contexts; None: not kept
     max_tokens: int = 2048  # limit for constrained output when a request sets none
+    reasoning_budget: int | None = None  # thinking tokens when a request sets no budget; None: unbounded
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
@@ -94,6 +95,7 @@ class LoadedModel:
     sha256: str | None
     loaded_at: float = field(default_factory=time.time)
     keep_alive: float = -1.0  # seconds idle before unloading; negative: never
+    thinking_budget: int | None = None  # the server's default thinking budget (-reasoning-budget)
     last_used: float = field(default_factory=time.time)
     # Tool-call format and think markers, from the template and vocabulary; set at load.
     traits: Traits = field(init=False)
@@ -192,7 +194,9 @@ def load_model(
         raise
     engine = Engine(model, ctx, EngineConfig(concurrency=config.concurrency, max_queue=config.max_queue), kv)
     try:
-        return LoadedModel(name, model, ctx, engine, template, sha256)  # detects the traits
+        loaded = LoadedModel(name, model, ctx, engine, template, sha256)  # detects the traits
+        loaded.thinking_budget = config.reasoning_budget
+        return loaded
     except Exception:
         engine.close()
         ctx.close()

@@ -71,6 +71,15 @@ def add_parser(sub: Any) -> None:
         "finish_tool, so the model may end an agent loop without a call; off (the default): only "
         "requests that ask get it ($LLAMAY_FINISH_TOOL)",
     )
+    flag(
+        p,
+        "reasoning-budget",
+        dest="reasoning_budget",
+        type=int,
+        default=None,
+        help="thinking tokens a reasoning model may spend when a request sets no budget; then the "
+        "server closes its think block and it answers (default: unbounded)",
+    )
     flag(p, "threads", type=int, default=0, help="CPU threads (default: all cores)")
     for name, kind, field in _SAMPLING_FLAGS:
         flag(
@@ -250,6 +259,8 @@ def build_server(
 
     if args.max_tokens < 1:
         raise ValueError(f"-max-tokens must be at least 1, not {args.max_tokens}")
+    if args.reasoning_budget is not None and args.reasoning_budget < 0:
+        raise ValueError(f"-reasoning-budget must be at least 0, not {args.reasoning_budget}")
     if args.finish_tool not in FINISH_TOOL_MODES:  # the flag, or $LLAMAY_FINISH_TOOL
         raise ValueError(f"-finish-tool must be off or auto, not {args.finish_tool!r}")
     keys = KeyRing.load(args.keys)
@@ -266,6 +277,7 @@ def build_server(
         chat_template_file=args.chat_template,
         home=home or llamay_home(),
         max_tokens=args.max_tokens,
+        reasoning_budget=args.reasoning_budget,
         finish_tool=args.finish_tool,
         **sampling_flags(args),
     )

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...chat.fim import fim_prompt
-from ...chat.flow import ChatOptions, Piece
+from ...chat.flow import ChatOptions, Piece, effort_budget
 from ...chat.pipeline import Choice, Delta, Generation, Prompt, chat_prompt, start, text_prompt
 from ...chat.tools import ToolChoice
 from ...errors import Forbidden, InvalidRequest, LlamayError
@@ -72,6 +72,7 @@ async def chat(request: Request) -> Response:
         tool_choice=ToolChoice("auto" if req.tools else "none"),
         grammar=c.grammar,
         thinking=c.think is not False,
+        thinking_budget=effort_budget(c.think_level),
         template_kwargs=_think_kwargs(c),
         finish_tool=False,  # not an Ollama concept: with tools the model may answer in text
     )

@@ -59,7 +59,6 @@ FORMATS: dict[str, ToolFormat] = {f.name: f for f in _ALL}
 
 _JINJA_CODE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.DOTALL)
 _TOOLS_VAR = re.compile(r"\btools\b")
-_PROBE = "llamay-system-probe"
 # `{% for call in message.tool_calls %}` (any spelling of the access): the template writes
 # every call of an assistant turn.
 _CALLS_LOOP = re.compile(r"\{%-?\s*for\s+[\w\s,]+\s+in\s+[^%]*\btool_calls\b")
@@ -158,12 +157,9 @@ def detect_format(template_source: str | None, special: Special) -> ToolFormat:
 
 
 def _renders_system(source: str) -> bool:
+    # The template's own answer, before the polyfill that folds a system message into the
+    # first user turn for templates without a system role.
     try:
-        template = ChatTemplate(source)
-        out = template.render(
-            [{"role": "system", "content": _PROBE}, {"role": "user", "content": "hi"}],
-            add_generation_prompt=True,
-        )
-    except Exception:  # a template that rejects system messages raises from raise_exception
+        return ChatTemplate(source).needs.system_role
+    except ValueError:  # does not compile
         return False
-    return _PROBE in out
