@@ -51,9 +51,9 @@ def check_literals(values: Any) -> None:
     while stack:
         v = stack.pop()
         if isinstance(v, str):
-            if any(ord(c) < 0x20 and c not in "\b\f\n\r\t" for c in v):
+            if any((ord(c) < 0x20 and c not in "\b\f\n\r\t") or c == "\x7f" for c in v):
                 raise LiteralProblem(
-                    "a string with a control character other than \\b\\f\\n\\r\\t cannot be generated",
+                    "a string with DEL or a control character other than \\b\\f\\n\\r\\t cannot be generated",
                     "unsupported JSON schema keyword",
                 )
         elif isinstance(v, float) and not math.isfinite(v):
