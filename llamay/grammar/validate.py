@@ -13,7 +13,8 @@ declared draft, made safe for untrusted schemas:
 - at most MAX_ERRORS violations are collected, each message is truncated.
 
 `format` is checked for the formats the grammar compiler enforces (keywords.FORMATS)
-where a checker is available. It runs in the caller's thread and may take milliseconds.
+where a checker is available, and for those it enforces as patterns
+(formats.PATTERN_FORMATS). It runs in the caller's thread and may take milliseconds.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import referencing.exceptions
 
 from ..errors import GrammarError
 from .drafts import draft_of
+from .formats import PATTERN_FORMATS, check_format
 from .grammar import Grammar
 from .keywords import FORMATS
 
@@ -139,11 +141,18 @@ _TIME = re.compile(
 )
 
 
+def _late(name: str, value: object) -> bool:
+    return not isinstance(value, str) or check_format(name, value)
+
+
 def _format_checker() -> jsonschema.FormatChecker:
     checker = jsonschema.FormatChecker(formats=())
     for name, entry in jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers.items():
         if name in FORMATS:
             checker.checkers[name] = entry
+
+    for name in PATTERN_FORMATS:
+        checker.checks(name)(functools.partial(_late, name))
 
     @checker.checks("time")
     def _time(value: object) -> bool:  # RFC 3339 full-time

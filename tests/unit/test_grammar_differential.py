@@ -33,7 +33,7 @@ import pytest
 
 from llamay.grammar import Grammar, SchemaError
 
-from .grammar_diff import Outcome, check_schema, reference, writable, write
+from .grammar_diff import Outcome, check_schema, reference, walk_masked, writable, write
 
 CORPUS = Path(__file__).resolve().parents[2] / "bench" / "data" / "schemas.jsonl.gz"
 DEEP = os.environ.get("LLAMAY_DIFFERENTIAL") == "deep"
@@ -202,3 +202,17 @@ def test_a_literal_with_del_is_refused_not_a_dead_end() -> None:
     with pytest.raises(SchemaError, match="DEL"):
         Grammar.from_json_schema({"const": "a\x7f"}, strict=False)
     assert not writable("a\x7f") and writable("a\t")
+
+
+def test_a_length_bound_too_costly_next_to_a_pattern_is_checked_afterwards() -> None:
+    # A word-count pattern with maxLength 5000 (a real-world schema): llguidance's lexer ran
+    # out of fuel at the second byte of generation, so every value was refused. The bound
+    # is now left to the after-the-fact check (a 400 under strict).
+    schema = {"type": "string", "pattern": "^$|(^(?:\\S+\\s+){0,99}\\S+$)", "maxLength": 5000}
+    grammar = Grammar.from_json_schema(schema, strict=False)
+    assert grammar.unenforced == ("maxLength at /",)
+    assert walk_masked(grammar, json.dumps("What is the meaning of life?").encode()) is None
+    with pytest.raises(SchemaError, match="maxLength"):
+        Grammar.from_json_schema(schema, strict=True)
+    # the same pattern with a bound the lexer copes with stays enforced
+    assert Grammar.from_json_schema({**schema, "maxLength": 500}, strict=True).unenforced == ()
