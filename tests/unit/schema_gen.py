@@ -197,7 +197,7 @@ class Instances:
         return dict(items)
 
     def extra_schema(self, key: str, patterns: dict[str, Any], extra: Any) -> Any:
-        from .grammar_diff import ecma_search
+        from .schema_reference import ecma_search
 
         matching = []
         for p, sub in patterns.items():
