@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GrammarError
-from .checks import LiteralProblem, check_literals, count, precise
+from .checks import LiteralProblem, check_literals, count, precise, without_controls
 from .drafts import ROOT_URI, Resolver, draft_of, pointer, translate
 from .formats import PATTERN_FORMATS
 from .keywords import COUNTS, ENFORCED, FORMAT_FIXES, FORMATS, UNSUPPORTED
@@ -176,11 +176,18 @@ class _Compiler:
             elif key in _SIMPLE:
                 checked = _simple(key, value, path)
                 if checked is not _DROP:
-                    out[key] = checked
+                    out[key] = (
+                        without_controls(checked)
+                        if key == "pattern" and isinstance(checked, str)
+                        else checked
+                    )
             elif key in ("properties", "patternProperties"):
                 if not isinstance(value, dict) or not all(isinstance(v, dict | bool) for v in value.values()):
                     raise _fail(key, path, "must map names to schemas", "invalid JSON schema keyword")
-                out[key] = {k: self.walk(v, pointer(here, k), base, depth + 1, ctx) for k, v in value.items()}
+                rename = without_controls if key == "patternProperties" else str
+                out[key] = {
+                    rename(k): self.walk(v, pointer(here, k), base, depth + 1, ctx) for k, v in value.items()
+                }
             elif key in ("additionalProperties", "items"):
                 if not isinstance(value, dict | bool):
                     raise _fail(key, path, "must be a schema", "invalid JSON schema keyword")

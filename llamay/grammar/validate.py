@@ -34,6 +34,7 @@ import referencing
 import referencing.exceptions
 
 from ..errors import GrammarError
+from .checks import without_controls
 from .drafts import draft_of
 from .formats import PATTERN_FORMATS, check_format
 from .grammar import Grammar
@@ -50,6 +51,9 @@ _VALIDATORS = {
     "draft2019-09": jsonschema.Draft201909Validator,
     "draft2020-12": jsonschema.Draft202012Validator,
 }
+
+
+_CONTROLS = re.compile("[\x00-\x08\x0b\x0e-\x1f]")
 
 
 class UncheckablePattern(ValueError):
@@ -70,6 +74,8 @@ def _pattern_grammar(pattern: str) -> Grammar:
 def safe_search(pattern: str, text: str) -> bool:
     """Whether `pattern` matches somewhere in `text` (JSON Schema `pattern` semantics),
     in time linear in len(text); UncheckablePattern if the engine refuses the pattern."""
+    if not _CONTROLS.search(text):
+        pattern = without_controls(pattern)  # exact for such texts; see checks.without_controls
     return _pattern_grammar(pattern).matches(json.dumps(text, ensure_ascii=False).encode())
 
 

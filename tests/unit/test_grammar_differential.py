@@ -218,3 +218,26 @@ def test_a_length_bound_too_costly_next_to_a_pattern_is_checked_afterwards() -> 
         Grammar.from_json_schema(schema, strict=True)
     # the same pattern with a bound the lexer copes with stays enforced
     assert Grammar.from_json_schema({**schema, "maxLength": 500}, strict=True).unenforced == ()
+
+
+@pytest.mark.parametrize("pattern", ["^[^\\\\]+$", '^[^"]+$', '^[^\\\\"/]*$', "^(?:[^\\\\]+/)+$"])
+def test_negated_classes_never_let_the_excluded_backslash_or_quote_through(pattern: str) -> None:
+    # A real-world schema (`"pattern": "^[^\\\\]+$"` for a folder name) accepted
+    # "js\\subfolder/": llguidance's string quoting let \\ and \" through a negated class
+    # that also took control characters. Both the grammar and the after-the-fact check
+    # (which matches patterns with the same engine) must refuse it.
+    from llamay.grammar.validate import safe_search
+
+    schema = {"type": "string", "pattern": pattern}
+    is_valid = reference(schema)
+    grammar = Grammar.from_json_schema(schema, strict=True)
+    for value in ("js/sub/", "js\\sub/", 'say "hi"/', "plain/"):
+        assert _matches(schema, value) == is_valid(value) == safe_search(pattern, value), value
+    keys = {
+        "type": "object",
+        "patternProperties": {pattern: {"type": "integer"}},
+        "additionalProperties": False,
+    }
+    for key in ("a\\b/", 'a"b/', "ab/"):
+        assert _matches(keys, {key: 1}) == reference(keys)({key: 1}), key
+    assert grammar.unenforced == ()
