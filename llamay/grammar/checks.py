@@ -12,7 +12,7 @@ import llguidance
 __all__ = ["count", "check_literals", "precise", "LiteralProblem", "without_controls"]
 
 # C0 controls a grammar string cannot hold (only \b \f \n \r \t have short escapes).
-_UNWRITABLE = "\\x00-\\x08\\x0b\\x0e-\\x1f"
+_UNWRITABLE = "\\x00-\\x07\\x0b\\x0e-\\x1f"
 
 
 class LiteralProblem(ValueError):

@@ -53,7 +53,7 @@ _VALIDATORS = {
 }
 
 
-_CONTROLS = re.compile("[\x00-\x08\x0b\x0e-\x1f]")
+_CONTROLS = re.compile("[\x00-\x07\x0b\x0e-\x1f]")
 
 
 class UncheckablePattern(ValueError):

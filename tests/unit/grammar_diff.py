@@ -29,6 +29,7 @@ import referencing.exceptions
 
 from llamay.errors import GrammarError
 from llamay.grammar import Grammar, byte_compile_cache, byte_tokenizer
+from llamay.grammar.runtime import parser_limits
 from llamay.grammar.validate import validate
 
 from .schema_reference import Unverifiable, ecma_search, reference
@@ -148,7 +149,10 @@ def _matcher(grammar: Grammar) -> llguidance.LLMatcher:
 
 @functools.lru_cache(maxsize=8)
 def _fuelled(spec: str) -> llguidance.LLMatcher:
-    limits = llguidance.LLParserLimits(initial_lexer_fuel=50_000_000, verbose_errors=False)
+    server = parser_limits()
+    limits = llguidance.LLParserLimits(
+        max_items_in_row=server.max_items_in_row, initial_lexer_fuel=50_000_000, verbose_errors=False
+    )
     return llguidance.LLMatcher(byte_tokenizer(), spec, log_level=0, limits=limits)
 
 

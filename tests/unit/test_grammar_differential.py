@@ -231,7 +231,7 @@ def test_negated_classes_never_let_the_excluded_backslash_or_quote_through(patte
     schema = {"type": "string", "pattern": pattern}
     is_valid = reference(schema)
     grammar = Grammar.from_json_schema(schema, strict=True)
-    for value in ("js/sub/", "js\\sub/", 'say "hi"/', "plain/"):
+    for value in ("js/sub/", "js\\sub/", 'say "hi"/', "plain/", "bell\b/", "feed\f/"):
         assert _matches(schema, value) == is_valid(value) == safe_search(pattern, value), value
     keys = {
         "type": "object",
@@ -241,3 +241,24 @@ def test_negated_classes_never_let_the_excluded_backslash_or_quote_through(patte
     for key in ("a\\b/", 'a"b/', "ab/"):
         assert _matches(keys, {key: 1}) == reference(keys)({key: 1}), key
     assert grammar.unenforced == ()
+
+
+def test_a_recursive_many_branched_schema_does_not_hit_the_parser_row_limit() -> None:
+    # The TextMate grammar schema of the corpus: its recursive `pattern` definition put
+    # 2,723 items in one parser row after `{"patterns":[{`, over llguidance's default
+    # 2,000, so every valid output ended in a matcher error at that point.
+    schema = next(s for source, s in _all_schemas() if source == "schemastore:tmlanguage")
+    value = {
+        "scopeName": "source.example",
+        "patterns": [{"match": "\\b(if|else)\\b", "name": "keyword.control"}],
+    }
+    grammar = Grammar.from_json_schema(schema, strict=True)
+    assert reference(schema)(value)
+    text = write(grammar, value, prune=False)
+    assert text is not None and walk_masked(grammar, text) is None
+
+
+def _all_schemas() -> list[tuple[str, Any]]:
+    assert CORPUS is not None
+    with gzip.open(CORPUS, "rt", encoding="utf-8") as f:
+        return [(ln["source"], ln["schema"]) for ln in map(json.loads, f)]
