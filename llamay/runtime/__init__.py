@@ -5,7 +5,7 @@
 `encoders` is the embeddings facade (encoders and the retrieval index beside the models).
 """
 
-from ..backend.model import mem_available
+from ..backend.memory import mem_available
 from ..config import RuntimeConfig
 from .loading import LoadedModel, LoadRefused, check_memory, default_threads, load_model
 from .resident import MANAGE_MODELS, Runtime, Store

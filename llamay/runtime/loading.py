@@ -8,16 +8,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..backend.context import Context, ContextConfig
-from ..backend.model import Model, ModelInfo, mem_available
+from ..backend.memory import mem_available
 from ..chat.template import ChatTemplate
 from ..chat.traits import Traits, detect_traits
 from ..config import RuntimeConfig
-from ..engine.engine import Engine, EngineConfig
 from ..errors import Conflict
 from ..kv.manager import KvManager
 from ..kv.storelock import StoreBusy
+
+if TYPE_CHECKING:  # llama.cpp is loaded by load_model, not by importing this module
+    from ..backend.context import Context
+    from ..backend.model import Model, ModelInfo
+    from ..engine.engine import Engine
 
 __all__ = ["LoadedModel", "LoadRefused", "load_model", "check_memory", "is_gguf", "default_threads"]
 
@@ -78,6 +82,10 @@ def load_model(
     """Load weights, create a context sized by `config`, start its engine thread; the
     model's chat traits are detected here, once (`LoadedModel.traits`). `progress` gets the
     fraction of the weights loaded, as `Model` reports it."""
+    from ..backend.context import Context, ContextConfig
+    from ..backend.model import Model
+    from ..engine.engine import Engine, EngineConfig
+
     model = Model(path, progress)
     try:
         n_ctx = config.ctx or min(model.info.n_ctx_train or 8192, 8192)
