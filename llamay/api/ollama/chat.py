@@ -21,6 +21,7 @@ from ...runtime import MANAGE_MODELS, LoadedModel
 from ...types import FinishEvent
 from ..errors import error_body
 from ..http import read_json, until_disconnect
+from ..state import state_of
 from . import adapter
 from .common import (
     loaded_alias,
@@ -145,7 +146,7 @@ async def _load_or_unload(request: Request, c: Common, *, chat: bool) -> Respons
         if not MANAGE_MODELS.get():
             raise Forbidden("unloading a model needs an admin key")
         unload = runtime_feature(request, "runtime", "unload")
-        await unload(loaded_alias(request.app.state.runtime, c.model))
+        await unload(loaded_alias(state_of(request).runtime, c.model))
         reason = "unload"
     else:
         await use_model(request, c.model, c.keep_alive)
@@ -162,7 +163,7 @@ async def _run(request: Request, turn: Turn, prompt: Prompt) -> Response:
             lm.name,
             lm.engine.n_ctx,
         )
-    default_max = request.app.state.runtime.config.max_tokens
+    default_max = state_of(request).runtime.config.max_tokens
     spec = adapter.run_spec(gen, lm.engine.n_ctx, default_max=default_max)
     run = await start(lm, prompt, replace(spec, keep_tokens=True))
     if turn.common.stream:
