@@ -36,7 +36,7 @@ def test_no_flags_is_the_default_config(home: Path) -> None:
 def test_every_serve_flag_sets_its_field(dash: str, home: Path, tmp_path: Path) -> None:
     flags = {
         "model": "tiny.gguf", "addr": "0.0.0.0:8080", "concurrency": "3", "queue": "5", "ctx": "1024",
-        "batch": "64", "max-tokens": "99", "finish-tool": "auto", "threads": "2", "temp": "0.5",
+        "batch": "64", "max-tokens": "99", "reasoning-budget": "300", "finish-tool": "auto", "threads": "2", "temp": "0.5",
         "top-p": "0.9", "top-k": "7", "min-p": "0.1", "repeat-penalty": "1.2", "kv": "q8_0",
         "flash-attn": "off", "cache-ram": "16", "chat-template": "t.jinja", "embed": "all-minilm",
         "rerank": "ranker", "index": "docs.idx", "max-loaded": "4", "keepalive": "1m", "keys": "keys.json",
@@ -49,7 +49,7 @@ def test_every_serve_flag_sets_its_field(dash: str, home: Path, tmp_path: Path) 
         model="tiny.gguf", host="0.0.0.0", port=8080,
         runtime=RuntimeConfig(
             ctx=1024, batch=64, threads=2, concurrency=3, max_queue=5, kv_type="q8_0", flash_attn=False,
-            cache_ram=16 * 2**20, chat_template_file=here / "t.jinja", home=home, max_tokens=99,
+            cache_ram=16 * 2**20, chat_template_file=here / "t.jinja", home=home, max_tokens=99, reasoning_budget=300,
             temperature=0.5, top_p=0.9, top_k=7, min_p=0.1, repeat_penalty=1.2, finish_tool="auto",
         ),
         limits=ServerLimits(max_connections=9, header_timeout=3.0, body_timeout=90.0),
