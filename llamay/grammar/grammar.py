@@ -20,8 +20,8 @@ import llguidance
 from ..errors import GrammarError
 from . import bound, gbnf
 from . import schema as jschema
-from .constraint import spec_hash
-from .runtime import MAX_SOURCE_BYTES, byte_compile_cache, validate_spec
+from .constraint import byte_compile_cache, spec_hash
+from .runtime import MAX_SOURCE_BYTES, validate_spec
 from .shape import Layout, Shape
 
 __all__ = ["Grammar", "GrammarKind"]
@@ -73,7 +73,7 @@ class Grammar:
         shape: Shape = "free",
     ) -> Grammar:
         """JSON texts valid under `schema_` (drafts 4, 6, 7, 2019-09, 2020-12 by `$schema`;
-        2020-12 if undeclared), written in `layout` ("compact", "indented", "free") with
+        2020-12 if undeclared), written in `layout` ("compact", "spaced", "indented", "free") with
         objects closed where safe when `shape="tight"` (see llamay.grammar.shape).
 
         Annotations, unknown keywords and unknown formats never cause a refusal. An

@@ -1,5 +1,4 @@
-"""Shared llguidance plumbing: the byte tokenizer (and its compile cache), resource
-limits, grammar validation.
+"""Shared llguidance plumbing: the byte tokenizer, resource limits, grammar validation.
 
 Everything that talks to llguidance directly and is not specific to one grammar source
 lives here, so the limits and the error mapping are the same for every kind of grammar.
@@ -8,19 +7,14 @@ lives here, so the limits and the error mapping are the same for every kind of g
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 import llguidance
 
 from ..errors import GrammarError
 
-if TYPE_CHECKING:
-    from .constraint import CompileCache
-
 __all__ = [
     "MAX_SOURCE_BYTES",
     "byte_tokenizer",
-    "byte_compile_cache",
     "parser_limits",
     "validate_spec",
     "matcher_error",
@@ -39,25 +33,19 @@ def byte_tokenizer() -> llguidance.LLTokenizer:
     return llguidance.LLTokenizer("byte")
 
 
-@functools.cache
-def byte_compile_cache() -> CompileCache:
-    """The compile cache of `byte_tokenizer()`, for model-free matching. Like the
-    tokenizer it belongs to, one per process."""
-    from .constraint import CompileCache  # constraint imports this module
-
-    return CompileCache(byte_tokenizer())
-
-
 def parser_limits() -> llguidance.LLParserLimits:
     """Limits that bound compile time, memory and per-token work for one grammar.
 
-    The values are llguidance's defaults except `verbose_errors`: verbose errors dump the
-    parser state and the whole grammar into the message, which is noise for an API caller
-    (and large). Exceeding a limit shows up as a compile error (GrammarError) or, while
-    generating, as a matcher error that ends the request.
+    The values are llguidance's defaults except `verbose_errors` (verbose errors dump the
+    parser state and the whole grammar into the message, which is noise for an API caller,
+    and large) and `max_items_in_row`: real-world schemas with recursive, many-branched
+    definitions (the TextMate grammar schema: 2,723 items after `{"patterns":[{`) exceed
+    the default 2,000, and every valid output then ends in a matcher error; the per-mask
+    `step_max_items` still bounds the work. Exceeding a limit shows up as a compile error
+    (GrammarError) or, while generating, as a matcher error that ends the request.
     """
     return llguidance.LLParserLimits(
-        max_items_in_row=2000,
+        max_items_in_row=10_000,
         initial_lexer_fuel=1_000_000,  # ~20 ms of regex analysis at compile time
         step_lexer_fuel=200_000,  # ~15 ms of lexer work per token at most
         step_max_items=50_000,

@@ -13,8 +13,9 @@ import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-import llamay.runtime as runtime_mod
+import llamay.runtime.resident as runtime_mod
 from llamay.api.ollama.routes import ollama_routes
+from llamay.api.state import server_state
 from llamay.errors import Conflict
 from llamay.runtime import LoadRefused, Runtime, RuntimeConfig
 from llamay.testing import write_tiny_llama
@@ -48,7 +49,7 @@ class SlowRuntime:
 
 def post_load(runtime: Any, **body: Any) -> Any:
     app = Starlette(routes=ollama_routes())
-    app.state.runtime = runtime
+    app.state = server_state(runtime)
     return TestClient(app).post("/api/load", json={"model": "big", **body})
 
 
@@ -109,15 +110,3 @@ def test_unloading_a_model_that_is_loading_stops_its_load(
     asyncio.run(scenario())
     got = seen[0]
     assert got is not None and 0 < got[0] < got[1] == path.stat().st_size
-
-
-def test_a_progress_function_that_says_no_stops_llama_cpp(tmp_path: Path) -> None:
-    from llamay.backend.model import Model
-
-    path = write_tiny_llama(tmp_path / "m.gguf")
-    with pytest.raises(ValueError, match="could not load"):
-        Model(path, progress=lambda f: False)
-    fractions: list[float] = []
-    with Model(path, progress=fractions.append):  # None is not a no
-        pass
-    assert fractions and fractions[-1] == 1.0

@@ -18,6 +18,7 @@ from ...chat.prepare import count_tokens as count_prompt
 from ...errors import LlamayError
 from ..errors import error_response
 from ..http import json_response, read_json, respond
+from ..state import state_of
 from . import adapter
 from .adapter import MessageRenderer
 from .content import MARK
@@ -45,7 +46,7 @@ def message_job(req: MessagesRequest, *, counting: bool = False) -> Job:
 async def create_message(request: Request) -> Response:
     # Parsing compiles schemas and tool specs: CPU work, off the event loop.
     req = await asyncio.to_thread(parse_messages_request, await read_json(request))
-    ready = await prepare(request.app.state.runtime, message_job(req))
+    ready = await prepare(state_of(request).runtime, message_job(req))
     gen = run(ready)
     (prompt,) = ready.prompts
     renderer = MessageRenderer(
@@ -64,7 +65,7 @@ async def count_tokens(request: Request) -> Response:
     req = await asyncio.to_thread(
         lambda body: parse_messages_request(body, counting=True), await read_json(request)
     )
-    n = await count_prompt(request.app.state.runtime, message_job(req, counting=True))
+    n = await count_prompt(state_of(request).runtime, message_job(req, counting=True))
     return json_response({"input_tokens": n})
 
 

@@ -12,13 +12,14 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...chat.flow import ChatOptions
+from ...chat.flow import ChatOptions, effort_budget
 from ...chat.pipeline import Prompt, run
 from ...chat.prepare import ChatInput, Env, FimInput, Input, Job, ModelRef, TextInput, prepare, text_prompt
 from ...chat.tools import ToolChoice
 from ...errors import Forbidden, InvalidRequest
 from ...runtime import MANAGE_MODELS, LoadedModel
 from ..http import read_json, respond
+from ..state import state_of
 from . import adapter
 from .common import loaded_alias, runtime_feature, use_model
 from .gotemplate import render_template
@@ -73,6 +74,7 @@ async def chat(request: Request) -> Response:
         tool_choice=ToolChoice("auto" if req.tools else "none"),
         grammar=c.grammar,
         thinking=c.think is not False,
+        thinking_budget=effort_budget(c.think_level),
         template_kwargs=_think_kwargs(c),
         finish_tool=False,  # not an Ollama concept: with tools the model may answer in text
     )
@@ -119,7 +121,7 @@ def _generate_input(req: OllamaGenerate) -> Input:
 
 
 async def _answer(request: Request, job: Job, c: Common, t0: float, *, chat: bool, context: bool) -> Response:
-    ready = await prepare(request.app.state.runtime, job)
+    ready = await prepare(state_of(request).runtime, job)
     lm, knobs = ready.lm, ready.knobs
     if isinstance(knobs, OllamaKnobs) and knobs.num_ctx is not None and knobs.num_ctx > lm.engine.n_ctx:
         log.info("num_ctx %d asked for %s; its loaded context holds %d tokens", knobs.num_ctx, lm.name,
@@ -145,7 +147,7 @@ async def _load_or_unload(request: Request, c: Common, *, chat: bool) -> Respons
         if not MANAGE_MODELS.get():
             raise Forbidden("unloading a model needs an admin key")
         unload = runtime_feature(request, "runtime", "unload")
-        await unload(loaded_alias(request.app.state.runtime, c.model))
+        await unload(loaded_alias(state_of(request).runtime, c.model))
         reason = "unload"
     else:
         await use_model(request, c.model, c.keep_alive)

@@ -19,6 +19,7 @@ from ...store.gguf_header import HeaderCache
 from ..errors import error_response
 from ..http import ndjson_line
 from ..http import ndjson_response as guarded_ndjson
+from ..state import state_of
 
 __all__ = [
     "NotSupported",
@@ -68,7 +69,7 @@ def ndjson_response(lines: AsyncIterator[bytes]) -> StreamingResponse:
 def runtime_feature(request: Request, owner: str, name: str) -> Any:
     """`runtime.<name>` (owner "runtime") or `runtime.store.<name>` (owner "store"), or
     NotSupported naming what is missing."""
-    runtime = request.app.state.runtime
+    runtime = state_of(request).runtime
     target = runtime if owner == "runtime" else getattr(runtime, "store", None)
     found = getattr(target, name, None) if target is not None else None
     if found is None:
@@ -78,14 +79,11 @@ def runtime_feature(request: Request, owner: str, name: str) -> Any:
 
 
 def headers(request: Request) -> HeaderCache:
-    """The app's GGUF header cache (created on first use)."""
-    cache = getattr(request.app.state, "ollama_headers", None)
-    if cache is None:
-        cache = request.app.state.ollama_headers = HeaderCache()
-    return cache
+    """The app's GGUF header cache."""
+    return state_of(request).ollama_headers
 
 
 async def use_model(request: Request, name: str, keep_alive: float | None) -> tuple[LoadedModel, int]:
     """The model `name` (see `loaded_alias`), loaded if need be, kept `keep_alive`; returns
     it and the nanoseconds spent."""
-    return await lookup(request.app.state.runtime, ModelRef(name, keep_alive=keep_alive, loose_tag=True))
+    return await lookup(state_of(request).runtime, ModelRef(name, keep_alive=keep_alive, loose_tag=True))

@@ -11,6 +11,7 @@ from ...chat.pipeline import Generation, Prepared, run
 from ...chat.prepare import ChatInput, Job, ModelRef, prepare
 from ..http import read_json, respond
 from ..sessions import held_context
+from ..state import state_of
 from . import adapter
 from .adapter import ChatRenderer
 from .schemas import ChatRequest, parse_chat
@@ -36,7 +37,7 @@ async def submit(request: Request, ready: Prepared, session: str | None) -> Gene
 async def chat_completions(request: Request) -> Response:
     # Parsing compiles schemas and tool specs: CPU work, off the event loop.
     req = await asyncio.to_thread(parse_chat, await read_json(request))
-    ready = await prepare(request.app.state.runtime, chat_job(req))
+    ready = await prepare(state_of(request).runtime, chat_job(req))
     gen = await submit(request, ready, req.common.session)
     renderer = ChatRenderer(
         adapter.new_id("chatcmpl"),

@@ -27,8 +27,9 @@ from ...errors import Conflict, InvalidRequest, LlamayError, TooManyRequests
 from ...kv.contexts import ContextRecord
 from ...runtime import LoadedModel
 from ..authn import principal_of
-from ..contexts import contexts_of, enforce_quota, owner_check, single_user
 from ..http import json_response, read_json, respond
+from ..state import state_of
+from ..tenancy import contexts_of, enforce_quota, owner_check, single_user
 from .responses_render import ResponseBuilder, ResponseRenderer, base_json
 from .responses_schema import ResponsesRequest, conversation_messages, item_id, parse_responses
 from .responses_store import ResponseStore, StoredResponse, page
@@ -37,12 +38,8 @@ __all__ = ["responses_routes", "store_of"]
 
 
 def store_of(request: Request) -> ResponseStore:
-    """The app's response store, made on first use."""
-    state = request.app.state
-    store = getattr(state, "responses", None)
-    if store is None:
-        store = state.responses = ResponseStore(contexts_of(request))
-    return store
+    """The app's response store."""
+    return state_of(request).responses
 
 
 @dataclass
@@ -118,7 +115,7 @@ async def create_response(request: Request) -> Response:
         raise InvalidRequest("'input' must hold at least one item", param="input")
     try:
         model = req.model or (prev.model if prev is not None else "")
-        ready = await prepare(request.app.state.runtime, _job(req, model, messages))
+        ready = await prepare(state_of(request).runtime, _job(req, model, messages))
         req = replace(req, sampling=ready.knobs.sampling)  # as it runs, for the response object
         builder = ResponseBuilder(base_json(item_id("resp"), req.model or ready.lm.name, req),
                                   summary=req.summary is not None)  # fmt: skip

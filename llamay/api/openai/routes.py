@@ -16,6 +16,7 @@ from ...runtime import LoadedModel, Runtime
 from ..anthropic import models as anthropic_models
 from ..embeddings import find_encoder, served_encoders
 from ..http import json_response, read_json, respond
+from ..state import state_of
 from . import adapter
 from .adapter import CompletionRenderer
 from .chat import chat_completions, submit
@@ -58,7 +59,7 @@ async def completions(request: Request) -> Response:
     req = await asyncio.to_thread(parse_completion, await read_json(request))
     common = req.common
     score = req.echo and req.logprobs is not None
-    ready = await prepare(request.app.state.runtime, completion_job(req))
+    ready = await prepare(state_of(request).runtime, completion_job(req))
     gen = await submit(request, ready, common.session)
     model = ready.lm.model
     echoes = [
@@ -83,7 +84,7 @@ async def completions(request: Request) -> Response:
 async def list_models(request: Request) -> Response:
     if anthropic_models.speaks_anthropic(request):
         return await anthropic_models.list_models(request)
-    runtime: Runtime = request.app.state.runtime
+    runtime: Runtime = state_of(request).runtime
     models = runtime.models()
     sampling = [await sampling_defaults(runtime, m) for m in models]
     data = [model_json(m, s) for m, s in zip(models, sampling, strict=True)]
@@ -95,7 +96,7 @@ async def list_models(request: Request) -> Response:
 async def get_model(request: Request) -> Response:
     if anthropic_models.speaks_anthropic(request):
         return await anthropic_models.get_model(request)
-    runtime: Runtime = request.app.state.runtime
+    runtime: Runtime = state_of(request).runtime
     name = request.path_params["model"]
     try:
         m = runtime.get(name)
