@@ -1,9 +1,11 @@
 """The engine's decisions, as pure functions tested without weights: which tokens go into
-the next decode (`schedule`), which waiting requests start (`Admission`), and which
-request gives way when the KV cache is full (`preempt`).
+the next decode (`schedule`), which waiting requests start (`Admission`, whose turn it is
+by `Ledger` and `next_tenant`, who makes way for it by `make_way`), and which request
+gives way when the KV cache is full (`preempt`).
 
 Decode tokens of running sequences come first (one each, so generation never stalls
-behind a long prompt), then prompt chunks, in arrival order, within the token budget.
+behind a long prompt), then prompt chunks, least served tenant first and otherwise in
+arrival order, within the token budget.
 
 A prompt's last token is never computed in a chunk of its own: llama.cpp gives that token
 different logits when it is alone in its sequence's chunk than when it is computed with
@@ -13,20 +15,24 @@ depend on how it happened to be split. The final chunk always holds at least two
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 __all__ = [
     "MIN_FOLLOW",
     "Admission",
+    "Ledger",
     "Preemptible",
     "Preemption",
     "Schedulable",
+    "Seat",
     "Slice",
     "Verdict",
     "choose_leader",
     "common_prefix",
+    "make_way",
+    "next_tenant",
     "preempt",
     "schedule",
 ]
@@ -51,8 +57,10 @@ class Slice:
     logits: bool
 
 
-def schedule(seqs: Sequence[Schedulable], budget: int) -> list[Slice]:
-    """Plan one step. Never exceeds `budget` tokens in total."""
+def schedule(seqs: Sequence[Schedulable], budget: int, rank: Sequence[float] | None = None) -> list[Slice]:
+    """Plan one step. Never exceeds `budget` tokens in total. Prompt chunks go in order of
+    `rank` (lowest first: how much the sequence's tenant has been served), arrival order
+    among equals; without `rank`, in arrival order."""
     plan: list[Slice] = []
     left = budget
     prefill: list[int] = []
@@ -67,6 +75,8 @@ def schedule(seqs: Sequence[Schedulable], budget: int) -> list[Slice]:
             left -= 1
         else:
             prefill.append(i)
+    if rank is not None:
+        prefill.sort(key=lambda i: rank[i])  # stable: arrival order among equals
     for i in prefill:
         if left == 0:
             break
@@ -178,14 +188,129 @@ class Preemption:
     requeue: bool
 
 
-def preempt(running: Sequence[Preemptible], planned: Sequence[int]) -> Preemption:
+def preempt(
+    running: Sequence[Preemptible], planned: Sequence[int], served: Sequence[float] | None = None
+) -> Preemption:
     """Choose who gives way when a decode of the requests at `planned` (indexes into
     `running`, in plan order) found no KV room, after idle cached KV was freed. A request
-    still reading its prompt, with nothing generated yet, loses the least: the last such
-    one in the plan is put back, unless it is the only running request. Otherwise the
-    request holding the most KV ends (the first of equals). `running` must not be empty."""
+    still reading its prompt, with nothing generated yet, loses the least: one such is put
+    back, unless it is the only running request. Otherwise a request ends, the one holding
+    the most KV. `served[i]` is how much the tenant of `running[i]` has been served (its
+    `Ledger` counter): the choice is made among the most served tenant's requests first,
+    and only among equals is it the last reader in the plan, or the longest request (the
+    first of equals). Without `served` every tenant counts as equal. `running` must not be
+    empty."""
+    rank = served if served is not None else [0.0] * len(running)
     reading = [i for i in planned if running[i].n_past < running[i].n_prompt and running[i].n_generated == 0]
     if reading and len(running) > 1:
-        return Preemption(reading[-1], requeue=True)
-    longest = max(range(len(running)), key=lambda i: running[i].n_past)
+        order = {i: n for n, i in enumerate(reading)}
+        return Preemption(max(reading, key=lambda i: (rank[i], order[i])), requeue=True)
+    longest = max(range(len(running)), key=lambda i: (rank[i], running[i].n_past))
     return Preemption(longest, requeue=False)
+
+
+@dataclass
+class Ledger:
+    """Virtual token counters (VTC, from "Fairness in Serving Large Language Models",
+    Sheng et al., OSDI 2024): how much each tenant has been served, so the next waiting
+    sequence to start comes from the tenant served least (`next_tenant`).
+
+    A tenant pays `tokens / weight` (`charge`): for the prompt positions a sequence must
+    compute, or take from a running request, when it starts (what the prefix cache or its
+    context gives it is free), returned (`charge` with a negative count) for the ones it
+    never got to; and for each token it generates. A weight-2 tenant pays half as much,
+    so it is served twice as much. A tenant is active while it has sequences waiting or
+    running; `refresh` is told which, with their weights, before every admission pass.
+
+    Invariants:
+    - `floor` never decreases: it is the largest value the least counter among active
+      tenants has had (kept while nobody is active).
+    - A tenant that becomes active starts at `floor` or above: time away earns no credit,
+      and a tenant that left owing (above `floor`) still owes when it returns.
+    - The ledger keeps only active tenants and inactive ones above `floor`; an inactive
+      tenant at or below `floor` is forgotten, as it would be lifted to `floor` anyway.
+    - A tenant alone is never held back: the counters only order tenants that wait.
+    """
+
+    floor: float = 0.0
+    served: dict[str, float] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)
+    active: frozenset[str] = frozenset()
+
+    def refresh(self, active: Mapping[str, float]) -> None:
+        """`active` maps each tenant with sequences waiting or running to its weight."""
+        was, now = self.active, frozenset(active)
+        staying = was & now
+        pool = staying or was
+        if pool:
+            self.floor = max(self.floor, min(self.served[t] for t in pool))
+        for t in now - was:
+            self.served[t] = max(self.served.get(t, 0.0), self.floor)
+        for t in was - now:
+            self.weights.pop(t, None)
+        for t in [t for t, c in self.served.items() if c <= self.floor and t not in now]:
+            del self.served[t]  # a debt the floor has caught up with
+        for t, w in active.items():
+            self.weights[t] = w
+        self.active = now
+
+    def charge(self, tenant: str, tokens: float) -> None:
+        """`tenant` (active) was served `tokens` (negative: returned), at its weight."""
+        self.served[tenant] = self.served.get(tenant, self.floor) + tokens / self.weight(tenant)
+
+    def counter(self, tenant: str) -> float:
+        return self.served.get(tenant, self.floor)
+
+    def weight(self, tenant: str) -> float:
+        return self.weights.get(tenant, 1.0)
+
+
+def next_tenant(heads: Mapping[str, int], ledger: Ledger, running: Mapping[str, int]) -> str:
+    """Whose waiting sequence starts next, among `heads` (tenant -> the arrival number of
+    its first waiting sequence; not empty): the least served tenant by `ledger`; among
+    equals the one with fewer sequences `running`, then the one whose head came first.
+    A tenant's own sequences start in arrival order."""
+    return min(heads, key=lambda t: (ledger.counter(t), running.get(t, 0), heads[t]))
+
+
+@dataclass(frozen=True)
+class Seat:
+    """A running sequence as `make_way` sees it. `movable`: it is still reading its prompt,
+    has generated nothing and runs on no context, so it can go back to the queue and
+    start later from its own computed positions (kept as a cached prefix)."""
+
+    tenant: str
+    movable: bool
+    n_past: int
+
+
+def make_way(seats: Sequence[Seat], newcomer: str, ledger: Ledger) -> int | None:
+    """The running sequence (index into `seats`) that goes back to the queue so that
+    `newcomer`, the tenant whose turn it is, can start one now; None if none should.
+
+    The running set is shared by tenant, not by arrival: a sequence gives way only if it is
+    movable, its tenant is not `newcomer`, has been served at least as much (by `ledger`),
+    and still holds at least as large a weighted share of the running sequences after
+    giving one up as the newcomer will hold: (k - 1) / w >= (m + 1) / w_new, for k and m
+    sequences running. So a tenant with nothing running gets a seat beside one holding
+    them all, and the move is never undone by the other side at once (that would need
+    m / w_new >= k / w). Among candidates: the tenant with the largest weighted share, then
+    the most served, then the sequence with the fewest positions computed (the least to
+    carry), the latest of equals."""
+    count: dict[str, int] = {}
+    for seat in seats:
+        count[seat.tenant] = count.get(seat.tenant, 0) + 1
+    after = (count.get(newcomer, 0) + 1) / ledger.weight(newcomer)
+    floor = ledger.counter(newcomer)
+    best: tuple[float, float, int, int] | None = None
+    pick = None
+    for i, seat in enumerate(seats):
+        t = seat.tenant
+        if not seat.movable or t == newcomer or ledger.counter(t) < floor:
+            continue
+        if (count[t] - 1) / ledger.weight(t) < after:
+            continue
+        key = (count[t] / ledger.weight(t), ledger.counter(t), -seat.n_past, i)
+        if best is None or key > best:
+            best, pick = key, i
+    return pick
