@@ -43,7 +43,8 @@ def add_parser(sub: Any) -> None:
         "queue",
         type=int,
         default=64,
-        help="requests that may wait beyond those; more get 503 (default 64)",
+        help="sequences each principal may have waiting beyond those (every prompt and choice is one); "
+        "more get 429, or 503 without keys (default 64)",
     )
     flag(
         p,

@@ -380,7 +380,8 @@ class Engine:
         for s in self._running:
             self._join(s)
         ready = [s for s in self._running if s.follows is None]
-        plan = schedule(ready, self.ctx.n_batch, self._tenants.served(ready))
+        tenants = [self._tenants.of(s.request) for s in ready] if self.config.fair else None
+        plan = schedule(ready, self.ctx.n_batch, tenants, self._tenants.ledger.weights)
         batch = self.ctx.batch
         batch.clear()
         rows: list[tuple[Sequence, int]] = []

@@ -4,8 +4,8 @@ by `Ledger` and `next_tenant`, who makes way for it by `make_way`), and which re
 gives way when the KV cache is full (`preempt`).
 
 Decode tokens of running sequences come first (one each, so generation never stalls
-behind a long prompt), then prompt chunks, least served tenant first and otherwise in
-arrival order, within the token budget.
+behind a long prompt), then prompt chunks, the budget shared fairly between tenants and
+otherwise in arrival order.
 
 A prompt's last token is never computed in a chunk of its own: llama.cpp gives that token
 different logits when it is alone in its sequence's chunk than when it is computed with
@@ -57,10 +57,22 @@ class Slice:
     logits: bool
 
 
-def schedule(seqs: Sequence[Schedulable], budget: int, rank: Sequence[float] | None = None) -> list[Slice]:
-    """Plan one step. Never exceeds `budget` tokens in total. Prompt chunks go in order of
-    `rank` (lowest first: how much the sequence's tenant has been served), arrival order
-    among equals; without `rank`, in arrival order."""
+def schedule(
+    seqs: Sequence[Schedulable],
+    budget: int,
+    tenants: Sequence[str] | None = None,
+    weights: Mapping[str, float] | None = None,
+) -> list[Slice]:
+    """Plan one step. Never exceeds `budget` tokens in total. Decode tokens come first.
+
+    Without `tenants` the rest of the budget goes to prompt chunks in arrival order. With
+    them (`tenants[i]` is the tenant of `seqs[i]`) it is shared between the tenants with
+    prompts to read, in proportion to their `weights` (default 1), max-min fair: a tenant
+    that needs less than its share leaves the rest to the others. Each tenant's share goes to
+    its own prompts in arrival order, and what is left over (rounding, the two-token final
+    chunk) to any prompt in arrival order. So one tenant's short prompt is read in the next
+    step however many long ones another tenant is reading. Slices are listed decode tokens
+    first, then prompt chunks in arrival order."""
     plan: list[Slice] = []
     left = budget
     prefill: list[int] = []
@@ -75,21 +87,56 @@ def schedule(seqs: Sequence[Schedulable], budget: int, rank: Sequence[float] | N
             left -= 1
         else:
             prefill.append(i)
-    if rank is not None:
-        prefill.sort(key=lambda i: rank[i])  # stable: arrival order among equals
+    take = dict.fromkeys(prefill, 0)
+    if tenants is not None and prefill:
+        demand: dict[str, int] = {}
+        for i in prefill:
+            demand[tenants[i]] = demand.get(tenants[i], 0) + seqs[i].n_tokens - seqs[i].n_past
+        shares = _split(left, demand, weights or {})
+        for i in prefill:
+            t = tenants[i]
+            take[i] = _chunk(seqs[i].n_tokens - seqs[i].n_past, shares[t])
+            shares[t] -= take[i]
+            left -= take[i]
     for i in prefill:
         if left == 0:
             break
-        s = seqs[i]
-        pending = s.n_tokens - s.n_past
-        count = min(pending, left)
-        if pending - count == 1:
-            count -= 1  # leave two for the final chunk (see the module docstring)
-        if count <= 0:
-            continue
-        plan.append(Slice(i, s.n_past, count, count == pending))
-        left -= count
+        more = _chunk(seqs[i].n_tokens - seqs[i].n_past, take[i] + left)
+        left -= more - take[i]
+        take[i] = more
+    for i in prefill:
+        if take[i] > 0:
+            s = seqs[i]
+            plan.append(Slice(i, s.n_past, take[i], take[i] == s.n_tokens - s.n_past))
     return plan
+
+
+def _chunk(pending: int, room: int) -> int:
+    """How much of a prompt with `pending` tokens to read with `room` tokens of budget."""
+    count = min(pending, room)
+    if pending - count == 1:
+        count -= 1  # leave two for the final chunk (see the module docstring)
+    return max(count, 0)
+
+
+def _split(budget: int, demand: Mapping[str, int], weights: Mapping[str, float]) -> dict[str, int]:
+    """`budget` tokens shared max-min fairly by weight between tenants that want `demand`."""
+    alloc = dict.fromkeys(demand, 0)
+    active = [t for t in demand if demand[t] > 0]
+    left = budget
+    while active and left > 0:
+        total = sum(weights.get(t, 1.0) for t in active)
+        met = [t for t in active if demand[t] - alloc[t] <= left * weights.get(t, 1.0) / total]
+        if not met:
+            for t in active:
+                give = int(left * weights.get(t, 1.0) / total)
+                alloc[t] += give
+            break
+        for t in met:
+            left -= demand[t] - alloc[t]
+            alloc[t] = demand[t]
+            active.remove(t)
+    return alloc
 
 
 Verdict = Literal["admit", "drop", "wait"]

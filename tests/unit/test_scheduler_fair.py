@@ -254,26 +254,59 @@ class S:
     n_tokens: int
 
 
-def test_prompt_chunks_of_the_least_served_go_first() -> None:
-    seqs = [S(0, 300), S(0, 300), S(0, 40), S(9, 10)]
-    plan = schedule(seqs, 100, rank=[5.0, 5.0, 1.0, 9.0])
-    assert [(p.index, p.count) for p in plan] == [(3, 1), (2, 40), (0, 59)]
-    assert schedule(seqs, 100, rank=[0.0] * 4) == schedule(seqs, 100)
+def test_a_short_prompt_is_read_in_the_next_step_beside_another_tenants_long_ones() -> None:
+    seqs = [S(0, 900), S(0, 900), S(0, 900), S(9, 10), S(0, 30)]
+    tenants = ["a", "a", "a", "a", "b"]
+    plan = schedule(seqs, 128, tenants)
+    assert [(p.index, p.count) for p in plan] == [(3, 1), (0, 97), (4, 30)]
+    # without tenants: arrival order, and b's prompt waits for a's three
+    assert [(p.index, p.count) for p in schedule(seqs, 128)] == [(3, 1), (0, 127)]
 
 
-def test_ranked_plans_keep_the_budget_and_the_two_token_final_chunk() -> None:
+def test_long_prompts_share_the_budget_by_weight() -> None:
+    seqs = [S(0, 900), S(0, 900), S(0, 900)]
+    plan = schedule(seqs, 400, ["a", "a", "b"])
+    assert [(p.index, p.count) for p in plan] == [(0, 200), (2, 200)]
+    plan = schedule(seqs, 400, ["a", "a", "b"], {"a": 3.0, "b": 1.0})
+    assert [(p.index, p.count) for p in plan] == [(0, 300), (2, 100)]
+    # a single tenant: everything, as without tenants
+    assert schedule(seqs, 400, ["a"] * 3) == schedule(seqs, 400)
+
+
+def test_shared_budgets_keep_every_rule_of_the_plan() -> None:
     rng = random.Random(2)
-    for _ in range(1000):
-        seqs = [S(0, rng.randint(2, 60)) for _ in range(rng.randint(1, 5))]
-        rank = [float(rng.randint(0, 3)) for _ in seqs]
+    for _ in range(1500):
+        n = rng.randint(1, 6)
+        seqs = [S(0, rng.randint(2, 80)) for _ in range(n)]
+        tenants = [rng.choice("abc") for _ in range(n)]
+        weights = {t: float(rng.choice([1, 2, 4])) for t in "abc"}
         for _step in range(100):
             if all(s.n_tokens - s.n_past <= 0 for s in seqs):
                 break
-            budget = rng.randint(1, 40)
-            plan = schedule(seqs, budget, rank)
+            budget = rng.randint(1, 60)
+            demand: Counter[str] = Counter()
+            for t, s in zip(tenants, seqs, strict=True):
+                if s.n_tokens - s.n_past > 1:
+                    demand[t] += s.n_tokens - s.n_past
+            plan = schedule(seqs, budget, tenants, weights)
             assert sum(p.count for p in plan) <= budget
+            assert len({p.index for p in plan}) == len(plan)  # one slice per sequence
+            prompt_left = sum(s.n_tokens - s.n_past for s in seqs if s.n_tokens - s.n_past > 1)
+            used = sum(p.count for p in plan)
+            # work conserving, but for the token each prompt may keep for its final chunk
+            assert used >= min(budget, prompt_left + sum(1 for s in seqs if s.n_tokens - s.n_past == 1)) - n
+            got: Counter[str] = Counter()
             for sl in plan:
                 seq = seqs[sl.index]
                 if sl.start + sl.count == seq.n_tokens and sl.start > 0:
                     assert sl.count >= 2
+                assert sl.logits == (sl.start + sl.count == seq.n_tokens)
+                if seq.n_tokens - seq.n_past > 1:
+                    got[tenants[sl.index]] += sl.count
                 seq.n_past += sl.count
+            # max-min fair: tenants that got less than they wanted got equal shares per weight,
+            # up to the rounding and the tokens kept back for final chunks
+            short = [t for t in demand if got[t] < demand[t]]
+            for t in short:
+                for u in short:
+                    assert got[t] / weights[t] >= got[u] / weights[u] - (n + 2)
