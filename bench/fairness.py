@@ -14,9 +14,9 @@ the same load). On each:
    followed at once by a new one), while B sends one short streamed chat every 2 s. B's
    status codes and TTFT; A's status codes; the tokens served per second (prompt + generated
    tokens of the sequences that finished in the window, from /v1/stats).
-3. saturate: A floods as in 2 and B keeps 32 streamed completions of one ~1,000-token prompt
-   each in flight: each tenant's share of the tokens served in the window (B's from the usage
-   of its finished streams, A's the rest of /v1/stats' count), and the tokens per second.
+3. saturate: A floods as in 2 and B keeps 32 completions of one ~1,000-token prompt each in
+   flight: each tenant's share of the tokens served in the window (B's from the usage of its
+   requests that finished in it, A's the rest of /v1/stats' count), and the tokens per second.
 
 Targets, all from the fair server in this one run: B gets 200 for every request of step 2;
 B's TTFT p95 in step 2 is at most 2x its median TTFT idle; each tenant gets 45-55% of the
@@ -61,7 +61,7 @@ N_PROMPTS = 64  # per completions request of A's flood (the server's queue limit
 A_MAX_TOKENS = 32
 B_CHAT_MAX_TOKENS = 16
 B_CHAT_EVERY_S = 2.0
-B_STREAMS = 32  # B's streams when it saturates (its default limit of requests in flight)
+B_REQUESTS = 32  # B's requests in flight when it saturates (its default limit)
 IDLE_CHATS = 10
 NO_END = {"0": -100, "1": -100, "2": -100}  # SmolLM2's end-of-text, im_start, im_end
 TIMEOUT = httpx.Timeout(connect=10.0, read=900.0, write=60.0, pool=900.0)
@@ -103,8 +103,8 @@ class Window:
 
     statuses: dict[str, dict[int, int]] = field(default_factory=dict)  # tenant -> status -> count
     ttft: list[float] = field(default_factory=list)  # B's chats
-    b_tokens: int = 0  # prompt + completion tokens of B's finished streams
-    b_streams: int = 0
+    b_tokens: int = 0  # prompt + completion tokens of B's finished requests in step 3
+    b_done: int = 0
 
     def status(self, tenant: str, code: int) -> None:
         counts = self.statuses.setdefault(tenant, {})
@@ -125,8 +125,11 @@ def served(s: dict[str, Any]) -> int:
     return int(s["tokens_in"]) + int(s["tokens_out"])
 
 
-async def chat_ttft(client: httpx.AsyncClient, text: str) -> tuple[int, float | None]:
-    """One short streamed chat of B's: its status and time to the first content token."""
+async def chat_ttft(
+    client: httpx.AsyncClient, text: str, on_status: Callable[[int], None] = lambda code: None
+) -> float | None:
+    """One short streamed chat of B's: its time to the first content token (None if refused;
+    `on_status` hears the status as soon as the response starts)."""
     body = {
         "messages": [{"role": "user", "content": text}],
         "max_tokens": B_CHAT_MAX_TOKENS,
@@ -136,16 +139,18 @@ async def chat_ttft(client: httpx.AsyncClient, text: str) -> tuple[int, float | 
     sent = time.perf_counter()
     first: float | None = None
     async with client.stream("POST", "/v1/chat/completions", json=body, headers=_auth("b")) as r:
+        on_status(r.status_code)
         if r.status_code != 200:
             await r.aread()
-            return r.status_code, None
+            return None
         async for line in r.aiter_lines():
             data = sse_data(line)
             if first is None and data and data != "[DONE]":
                 delta = (json.loads(data).get("choices") or [{}])[0].get("delta") or {}
                 if delta.get("content"):
                     first = time.perf_counter() - sent
-    return 200, first
+                    return first  # the rest of the reply is not waited for
+    return first
 
 
 async def flood_a(client: httpx.AsyncClient, prompts: Prompts, window: Window, until: float) -> None:
@@ -167,8 +172,7 @@ async def chats_b(client: httpx.AsyncClient, window: Window, until: float) -> No
     """B's chats, one every B_CHAT_EVERY_S, each on its own (they never wait for each other)."""
 
     async def one(i: int) -> None:
-        code, ttft = await chat_ttft(client, f"Name a colour, please ({i}).")
-        window.status("b", code)
+        ttft = await chat_ttft(client, f"Name a colour, please ({i}).", lambda code: window.status("b", code))
         if ttft is not None:
             window.ttft.append(ttft)
 
@@ -181,31 +185,25 @@ async def chats_b(client: httpx.AsyncClient, window: Window, until: float) -> No
     await asyncio.gather(*tasks)
 
 
-async def stream_b(client: httpx.AsyncClient, prompts: Prompts, window: Window, until: float) -> None:
-    """One of B's saturating loops: a streamed completion of one prompt after another."""
+async def saturate_b(client: httpx.AsyncClient, prompts: Prompts, window: Window, until: float) -> None:
+    """One of B's saturating loops: a completion of one prompt after another (not streamed,
+    so the client's own work stays small beside the server's)."""
     while time.monotonic() < until:
         body = {
             "prompt": prompts.take(1)[0],
             "max_tokens": A_MAX_TOKENS,
             "temperature": 0,
             "logit_bias": NO_END,
-            "stream": True,
-            "stream_options": {"include_usage": True},
         }
-        async with client.stream("POST", "/v1/completions", json=body, headers=_auth("b")) as r:
-            window.status("b", r.status_code)
-            if r.status_code != 200:
-                await r.aread()
-                await asyncio.sleep(float(r.headers.get("retry-after", "1")))
-                continue
-            usage = None
-            async for line in r.aiter_lines():
-                data = sse_data(line)
-                if data and data != "[DONE]":
-                    usage = json.loads(data).get("usage") or usage
-        if usage is not None and time.monotonic() < until:
+        r = await client.post("/v1/completions", json=body, headers=_auth("b"))
+        window.status("b", r.status_code)
+        if r.status_code != 200:
+            await asyncio.sleep(float(r.headers.get("retry-after", "1")))
+            continue
+        usage = r.json()["usage"]
+        if time.monotonic() < until:
             window.b_tokens += int(usage["prompt_tokens"]) + int(usage["completion_tokens"])
-            window.b_streams += 1
+            window.b_done += 1
 
 
 async def timed(
@@ -244,10 +242,11 @@ async def measure(server: Server, prompts: Prompts, seconds: float) -> dict[str,
         await chat_ttft(client, "Hello there.")  # warm up: graph allocation stays out of the timings
         idle = []
         for i in range(IDLE_CHATS):
-            code, ttft = await chat_ttft(client, f"Name a colour, please (idle {i}).")
-            if code != 200 or ttft is None:
-                raise RuntimeError(f"an idle chat got {code}")
+            ttft = await chat_ttft(client, f"Name a colour, please (idle {i}).")
+            if ttft is None:
+                raise RuntimeError("an idle chat was refused")
             idle.append(ttft)
+            await drain(client)  # the rest of its reply, aborted, leaves the engine
         progress(f"{server.name}: idle TTFT median {percentile(idle, 50) * 1000:.0f} ms; flooding")
 
         flood = Window()
@@ -262,7 +261,8 @@ async def measure(server: Server, prompts: Prompts, seconds: float) -> dict[str,
             "seconds": round(elapsed, 1),
             "statuses": flood.statuses,
             "b_ttft_ms": _ms(flood.ttft),
-            "b_chats_answered": len(flood.ttft),
+            "b_chats": sum(flood.statuses.get("b", {}).values()),
+            "b_chats_with_a_token": len(flood.ttft),
             "tokens_served": tokens,
             "tokens_per_s": round(tokens / elapsed, 1),
         }
@@ -274,7 +274,7 @@ async def measure(server: Server, prompts: Prompts, seconds: float) -> dict[str,
             seconds,
             lambda until: (
                 [flood_a(client, prompts, sat, until) for _ in range(2)]
-                + [stream_b(client, prompts, sat, until) for _ in range(B_STREAMS)]
+                + [saturate_b(client, prompts, sat, until) for _ in range(B_REQUESTS)]
             ),
         )
         share_b = sat.b_tokens / tokens if tokens else float("nan")
@@ -283,7 +283,7 @@ async def measure(server: Server, prompts: Prompts, seconds: float) -> dict[str,
             "statuses": sat.statuses,
             "tokens_served": tokens,
             "tokens_per_s": round(tokens / elapsed, 1),
-            "b_streams_finished": sat.b_streams,
+            "b_requests_finished": sat.b_done,
             "share_a": round(1 - share_b, 3),
             "share_b": round(share_b, 3),
         }

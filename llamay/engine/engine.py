@@ -97,6 +97,7 @@ class Engine:
         self._tenants = Tenants(self.config.fair, self.config.max_queue)
         self._waiting = self._tenants.waiting  # guarded by _cond
         self._running: list[Sequence] = []
+        self._light_step = False  # the last step read light tenants' prompts alone
         if kv is None:
             c = self.config
             kv = KvManager.create(
@@ -249,7 +250,7 @@ class Engine:
         for handle, sink in self._waiting.drop_aborted():
             self._emit_finish_unstarted(handle, sink)
         running = Counter(self._tenants.of(s.request) for s in self._running)
-        self._tenants.refresh(self._running)
+        self._tenants.refresh(self._running, time.monotonic())
         admission = Admission.begin(self._running, self.config.concurrency, self.n_ctx)
         turn: str | None = None
         while self._waiting:
@@ -380,8 +381,12 @@ class Engine:
         for s in self._running:
             self._join(s)
         ready = [s for s in self._running if s.follows is None]
-        tenants = [self._tenants.of(s.request) for s in ready] if self.config.fair else None
-        plan = schedule(ready, self.ctx.n_batch, tenants, self._tenants.ledger.weights)
+        sharing = self._tenants.sharing(ready, light_alone=not self._light_step)
+        plan = schedule(ready, self.ctx.n_batch, sharing)
+        # A step that read only light tenants' prompts is followed by one that may not.
+        self._light_step = sharing is not None and sharing.light_alone and any(
+            ready[sl.index].prefilling and sharing.tenants[sl.index] in sharing.light for sl in plan
+        )
         batch = self.ctx.batch
         batch.clear()
         rows: list[tuple[Sequence, int]] = []

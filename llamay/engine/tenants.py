@@ -5,15 +5,19 @@ this keeps the state they are made on."""
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 
 from ..errors import Overloaded, QueueLimit
 from .request import GenerateRequest, Handle, Sink
-from .scheduler import Ledger, Seat
+from .scheduler import SHARED_CHUNK, Ledger, Seat, Sharing
 from .sequence import Sequence as Running
 
 __all__ = ["Tenants", "Waiting"]
+
+# A tenant that had one request at a time in flight within this many seconds counts as
+# interactive: while it shares the engine, steps stay short (scheduler.SHARED_CHUNK).
+INTERACTIVE_WINDOW = 30.0
 
 Entry = tuple[Handle, Sink]
 
@@ -31,6 +35,11 @@ class Waiting:
     def __iter__(self) -> Iterator[str]:
         """The tenants with sequences waiting."""
         return iter(self._queues)
+
+    def size(self, tenant: str) -> int:
+        """`tenant`'s waiting sequences, aborted or not."""
+        q = self._queues.get(tenant)
+        return len(q) if q is not None else 0
 
     def count(self, tenant: str) -> int:
         """`tenant`'s waiting sequences that were not aborted."""
@@ -95,6 +104,9 @@ class Tenants:
         self.waiting = Waiting()
         self.ledger = Ledger()
         self._charged: dict[int, int] = {}  # request id -> prompt positions charged at its start
+        self._light: frozenset[str] = frozenset()  # tenants with one sequence in flight
+        self._light_seen: dict[str, float] = {}  # tenant -> when it last had one in flight
+        self._interactive = False
 
     def of(self, request: GenerateRequest) -> str:
         return request.tenant if self.fair else ""
@@ -117,12 +129,32 @@ class Tenants:
             retry_after=1,
         )
 
-    def refresh(self, running: Sequence[Running]) -> None:
-        """Tell the ledger who is active (waiting or running) before an admission pass."""
+    def refresh(self, running: Sequence[Running], now: float) -> None:
+        """Before an admission pass (lock held): tell the ledger who is active (waiting or
+        running), and note who has a single sequence in flight."""
         active = {self.of(s.request): s.request.weight for s in running}
+        in_flight = Counter(self.of(s.request) for s in running)
         for tenant in self.waiting:
             active[tenant] = self.waiting.head(tenant)[0].request.weight
+            in_flight[tenant] += self.waiting.size(tenant)
         self.ledger.refresh(active)
+        self._light = frozenset(t for t, n in in_flight.items() if n == 1)
+        for t in self._light:
+            self._light_seen[t] = now
+        for t in [t for t, seen in self._light_seen.items() if now - seen > INTERACTIVE_WINDOW]:
+            del self._light_seen[t]
+        # An interactive tenant, in a request or between two, beside someone else's work.
+        chatting = {t for t in self._light_seen if in_flight[t] <= 1}
+        busy = {t for t, n in in_flight.items() if n}
+        self._interactive = any(busy - {t} for t in chatting)
+
+    def sharing(self, ready: Sequence[Running], light_alone: bool) -> Sharing | None:
+        """How the next step is shared between the tenants of `ready` (None: not fair)."""
+        if not self.fair:
+            return None
+        cap = SHARED_CHUNK if self._interactive else None
+        tenants = [self.of(s.request) for s in ready]
+        return Sharing(tenants, self.ledger.weights, self._light, light_alone, cap)
 
     def started(self, s: Running) -> None:
         """`s` started: its tenant pays for the prompt positions the cache did not give it."""

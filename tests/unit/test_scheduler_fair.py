@@ -9,7 +9,16 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from llamay.engine.scheduler import Ledger, Preemption, Seat, make_way, next_tenant, preempt, schedule
+from llamay.engine.scheduler import (
+    Ledger,
+    Preemption,
+    Seat,
+    Sharing,
+    make_way,
+    next_tenant,
+    preempt,
+    schedule,
+)
 
 
 @dataclass
@@ -190,14 +199,20 @@ def test_make_way_never_favours_a_tenant_served_more() -> None:
     assert make_way([Seat("a", True, 5)] * 4, "b", ledger) is None
 
 
+def test_only_a_tenant_with_nothing_running_is_given_a_seat() -> None:
+    ledger = Ledger()
+    ledger.refresh({"a": 1.0, "b": 1.0})
+    seats = [Seat("a", True, 5)] * 7 + [Seat("b", True, 5)]
+    assert make_way(seats, "b", ledger) is None  # b runs one: it waits for a seat to free
+    assert make_way(seats[:7], "b", ledger) is not None
+
+
 def test_make_way_respects_weights() -> None:
     ledger = Ledger()
     ledger.refresh({"a": 3.0, "b": 1.0})
-    # a (weight 3) holds 4 seats and b 1: a gives one up only if 3/3 >= 2/1, which it is not
-    seats = [Seat("a", True, 5)] * 4 + [Seat("b", True, 5)]
-    assert make_way(seats, "b", ledger) is None
-    seats = [Seat("a", True, 5)] * 7 + [Seat("b", True, 5)]
-    assert make_way(seats, "b", ledger) is not None  # 6/3 >= 2/1
+    # a (weight 3) gives up one of k seats only if (k - 1) / 3 >= 1 / 1
+    assert make_way([Seat("a", True, 5)] * 3, "b", ledger) is None
+    assert make_way([Seat("a", True, 5)] * 4, "b", ledger) is not None
 
 
 def test_make_way_never_undoes_itself() -> None:
@@ -257,7 +272,7 @@ class S:
 def test_a_short_prompt_is_read_in_the_next_step_beside_another_tenants_long_ones() -> None:
     seqs = [S(0, 900), S(0, 900), S(0, 900), S(9, 10), S(0, 30)]
     tenants = ["a", "a", "a", "a", "b"]
-    plan = schedule(seqs, 128, tenants)
+    plan = schedule(seqs, 128, Sharing(tenants))
     assert [(p.index, p.count) for p in plan] == [(3, 1), (0, 97), (4, 30)]
     # without tenants: arrival order, and b's prompt waits for a's three
     assert [(p.index, p.count) for p in schedule(seqs, 128)] == [(3, 1), (0, 127)]
@@ -265,12 +280,29 @@ def test_a_short_prompt_is_read_in_the_next_step_beside_another_tenants_long_one
 
 def test_long_prompts_share_the_budget_by_weight() -> None:
     seqs = [S(0, 900), S(0, 900), S(0, 900)]
-    plan = schedule(seqs, 400, ["a", "a", "b"])
+    plan = schedule(seqs, 400, Sharing(["a", "a", "b"]))
     assert [(p.index, p.count) for p in plan] == [(0, 200), (2, 200)]
-    plan = schedule(seqs, 400, ["a", "a", "b"], {"a": 3.0, "b": 1.0})
+    plan = schedule(seqs, 400, Sharing(["a", "a", "b"], {"a": 3.0, "b": 1.0}))
     assert [(p.index, p.count) for p in plan] == [(0, 300), (2, 100)]
     # a single tenant: everything, as without tenants
-    assert schedule(seqs, 400, ["a"] * 3) == schedule(seqs, 400)
+    assert schedule(seqs, 400, Sharing(["a"] * 3)) == schedule(seqs, 400)
+
+
+def test_a_light_tenants_prompt_is_read_whole_and_alone_then_others_follow() -> None:
+    seqs = [S(0, 900), S(9, 10), S(0, 35), S(0, 900)]
+    tenants = ["a", "a", "b", "a"]
+    alone = schedule(seqs, 512, Sharing(tenants, light=frozenset({"b"})))
+    assert [(p.index, p.count) for p in alone] == [(1, 1), (2, 35)]  # a's decode token rides along
+    beside = schedule(seqs, 512, Sharing(tenants, light=frozenset({"b"}), light_alone=False))
+    assert [(p.index, p.count) for p in beside] == [(1, 1), (0, 476), (2, 35)]
+
+
+def test_a_prompt_cap_keeps_steps_short() -> None:
+    seqs = [S(0, 900), S(0, 900), S(9, 10)]
+    plan = schedule(seqs, 512, Sharing(["a", "c", "a"], prompt_cap=32))
+    assert [(p.index, p.count) for p in plan] == [(2, 1), (0, 16), (1, 16)]  # decode tokens are not capped
+    light = schedule([S(0, 40), S(0, 900)], 512, Sharing(["b", "a"], light=frozenset({"b"}), prompt_cap=32))
+    assert [(p.index, p.count) for p in light] == [(0, 40)]  # a chat's prompt is read whole
 
 
 def test_shared_budgets_keep_every_rule_of_the_plan() -> None:
@@ -284,26 +316,45 @@ def test_shared_budgets_keep_every_rule_of_the_plan() -> None:
             if all(s.n_tokens - s.n_past <= 0 for s in seqs):
                 break
             budget = rng.randint(1, 60)
+            light = frozenset(t for t in "abc" if rng.random() < 0.2)
+            cap = rng.choice([None, None, rng.randint(2, 40)])
+            alone = rng.random() < 0.5
+            reading = [i for i, s in enumerate(seqs) if s.n_tokens - s.n_past > 1]
             demand: Counter[str] = Counter()
-            for t, s in zip(tenants, seqs, strict=True):
-                if s.n_tokens - s.n_past > 1:
-                    demand[t] += s.n_tokens - s.n_past
-            plan = schedule(seqs, budget, tenants, weights)
+            for i in reading:
+                if tenants[i] not in light:
+                    demand[tenants[i]] += seqs[i].n_tokens - seqs[i].n_past
+            n_decode = sum(1 for s in seqs if s.n_tokens - s.n_past == 1)
+            light_demand = sum(seqs[i].n_tokens - seqs[i].n_past for i in reading if tenants[i] in light)
+            plan = schedule(seqs, budget, Sharing(tenants, weights, light, alone, cap))
             assert sum(p.count for p in plan) <= budget
             assert len({p.index for p in plan}) == len(plan)  # one slice per sequence
-            prompt_left = sum(s.n_tokens - s.n_past for s in seqs if s.n_tokens - s.n_past > 1)
-            used = sum(p.count for p in plan)
-            # work conserving, but for the token each prompt may keep for its final chunk
-            assert used >= min(budget, prompt_left + sum(1 for s in seqs if s.n_tokens - s.n_past == 1)) - n
             got: Counter[str] = Counter()
+            light_read = heavy_read = 0
             for sl in plan:
                 seq = seqs[sl.index]
                 if sl.start + sl.count == seq.n_tokens and sl.start > 0:
                     assert sl.count >= 2
                 assert sl.logits == (sl.start + sl.count == seq.n_tokens)
-                if seq.n_tokens - seq.n_past > 1:
-                    got[tenants[sl.index]] += sl.count
+                if sl.index in reading:
+                    if tenants[sl.index] in light:
+                        light_read += sl.count
+                    else:
+                        heavy_read += sl.count
+                        got[tenants[sl.index]] += sl.count
                 seq.n_past += sl.count
+            # light tenants' prompts first, whole as far as the budget goes
+            assert light_read >= min(budget - min(budget, n_decode), light_demand) - n
+            if light_read and alone:
+                assert heavy_read == 0  # a light tenant's prompt is read in a step of its own
+                continue
+            if cap is not None:
+                assert light_read + heavy_read <= max(cap, light_read)
+            # work conserving, but for the token each prompt may keep for its final chunk
+            room = budget - min(budget, n_decode) - light_read
+            if cap is not None:
+                room = min(room, max(0, cap - light_read))
+            assert heavy_read >= min(room, sum(demand.values())) - n
             # max-min fair: tenants that got less than they wanted got equal shares per weight,
             # up to the rounding and the tokens kept back for final chunks
             short = [t for t in demand if got[t] < demand[t]]
