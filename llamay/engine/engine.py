@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import secrets
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 from ..backend.context import Context, DecodeStatus
@@ -31,11 +28,12 @@ from ..errors import ContextOverflow, EngineError, InvalidRequest, Overloaded
 from ..kv.contexts import Contexts
 from ..kv.manager import KvManager
 from ..types import ErrorEvent, FinishEvent, FinishReason, TokenEvent, Usage
+from .config import EngineConfig, EngineStats
 from .prompt_scoring import score_row
 from .repetition import structural_tokens
 from .request import GenerateRequest, Handle, Sink
 from .sampling_step import Outcome, sample_step
-from .scheduler import Admission, choose_leader, make_way, next_tenant, preempt, schedule
+from .scheduler import Admission, StepCost, choose_leader, make_way, next_tenant, preempt, schedule
 from .sequence import Sequence
 from .tenants import Tenants
 
@@ -44,40 +42,6 @@ __all__ = ["Engine", "EngineConfig"]
 log = logging.getLogger("llamay.engine")
 T = TypeVar("T")
 MEASURE_EVERY = 0.25  # seconds between KV measurements while requests run
-
-
-def _fair_default() -> bool:
-    return os.environ.get("LLAMAY_ADMISSION", "fair").strip().lower() != "fcfs"
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """`concurrency` caps running sequences. With `fair` (the default; `LLAMAY_ADMISSION=fcfs`
-    turns it off) waiting sequences start by tenant, the least served first, and each tenant
-    may have up to `max_queue` waiting: past that its submit() raises QueueLimit (HTTP 429),
-    whatever other tenants do. The single user (tenant "") and first-come-first-served
-    admission have one queue of `max_queue`, past which submit() raises Overloaded (HTTP 503
-    with Retry-After)."""
-
-    concurrency: int = 8
-    max_queue: int = 64
-    fair: bool = field(default_factory=_fair_default)
-    # Used only when the engine builds its own KvManager (see KvManager.create).
-    model_name: str = "model"
-    model_sha256: str = ""
-    contexts_dir: Path | None = None  # where contexts are spilled and saved; None: a temp folder
-    cache_ram: int = 512 * 1024 * 1024  # bytes of RAM for cached prefixes moved out of the KV cache
-
-
-@dataclass
-class EngineStats:
-    requests: int = 0
-    aborted: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    generated_tokens: int = 0
-    steps: int = 0
-    decode_seconds: float = 0.0
 
 
 class Engine:
@@ -98,6 +62,7 @@ class Engine:
         self._waiting = self._tenants.waiting  # guarded by _cond
         self._running: list[Sequence] = []
         self._light_step = False  # the last step read light tenants' prompts alone
+        self._cost = StepCost()
         if kv is None:
             c = self.config
             kv = KvManager.create(
@@ -381,11 +346,13 @@ class Engine:
         for s in self._running:
             self._join(s)
         ready = [s for s in self._running if s.follows is None]
-        sharing = self._tenants.sharing(ready, light_alone=not self._light_step)
+        sharing = self._tenants.sharing(ready, not self._light_step, self._cost.prompt_cap())
         plan = schedule(ready, self.ctx.n_batch, sharing)
         # A step that read only light tenants' prompts is followed by one that may not.
-        self._light_step = sharing is not None and sharing.light_alone and any(
-            ready[sl.index].prefilling and sharing.tenants[sl.index] in sharing.light for sl in plan
+        self._light_step = (
+            sharing is not None
+            and sharing.light_alone
+            and any(ready[sl.index].prefilling and sharing.tenants[sl.index] in sharing.light for sl in plan)
         )
         batch = self.ctx.batch
         batch.clear()
@@ -406,6 +373,7 @@ class Engine:
         t0 = time.perf_counter()
         status = self.ctx.decode()
         spent = time.perf_counter() - t0
+        self._cost.add(batch.n, spent)
         self.stats.decode_seconds += spent
         self.stats.steps += 1
         if status == DecodeStatus.NO_KV_SLOT:

@@ -15,6 +15,7 @@ depend on how it happened to be split. The final chunk always holds at least two
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -29,6 +30,7 @@ __all__ = [
     "SHARED_CHUNK",
     "Seat",
     "Sharing",
+    "StepCost",
     "Slice",
     "Verdict",
     "choose_leader",
@@ -59,11 +61,52 @@ class Slice:
     logits: bool
 
 
-# While a tenant waiting on one request at a time (a chat) shares the engine with others, a
-# step reads at most this many prompt tokens, so that tenant's next request waits little for
-# the step in progress: on SmolLM2 on two cores a step of 512 prompt tokens takes ~1.6 s and
-# one of 32 ~0.1 s, while the fixed cost of a step is a few milliseconds.
+# While a tenant waiting on one request at a time (a chat) shares the engine with others,
+# steps are kept short, since its next first token waits for the step in progress (on
+# SmolLM2 on two idle cores a step of 512 prompt tokens takes ~1.6 s, one of 32 ~0.1 s).
+# How short: at least SHARED_CHUNK prompt tokens, and enough that a step's fixed cost stays
+# within STEP_OVERHEAD of its time (`StepCost.prompt_cap`).
 SHARED_CHUNK = 32
+STEP_OVERHEAD = 0.04
+
+
+@dataclass
+class StepCost:
+    """What a step costs, learnt from the steps the engine runs (moving averages): `fixed`,
+    the time a step takes whatever its size (the weights are read once a step), and
+    `per_token`, the time per token of a large step. A step of a few tokens measures
+    `fixed`; a step of LARGE_STEP tokens or more measures `per_token`; one in between,
+    `fixed` given `per_token` (t = fixed + n * per_token)."""
+
+    fixed: float | None = None
+    per_token: float | None = None
+    alpha: float = 0.1
+
+    def add(self, n_tokens: int, seconds: float) -> None:
+        if n_tokens >= LARGE_STEP:
+            self.per_token = _average(self.per_token, seconds / n_tokens, self.alpha)
+        elif n_tokens <= SMALL_STEP:
+            self.fixed = _average(self.fixed, seconds, self.alpha)
+        elif self.per_token is not None:
+            self.fixed = _average(self.fixed, max(0.0, seconds - n_tokens * self.per_token), self.alpha)
+
+    def prompt_cap(self) -> int:
+        """Prompt tokens a shared step reads at most: the fewest for which the fixed cost is
+        at most STEP_OVERHEAD of the step, and never fewer than SHARED_CHUNK (the floor
+        too while nothing is known). A machine where steps cost more to start gets longer
+        steps, so sharing never costs much more than STEP_OVERHEAD of the throughput."""
+        if not self.fixed or not self.per_token:
+            return SHARED_CHUNK
+        need = self.fixed * (1 - STEP_OVERHEAD) / (STEP_OVERHEAD * self.per_token)
+        return max(SHARED_CHUNK, math.ceil(need))
+
+
+SMALL_STEP = 8
+LARGE_STEP = 128
+
+
+def _average(old: float | None, new: float, alpha: float) -> float:
+    return new if old is None else old + alpha * (new - old)
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,13 @@ from collections.abc import Iterator, Sequence
 
 from ..errors import Overloaded, QueueLimit
 from .request import GenerateRequest, Handle, Sink
-from .scheduler import SHARED_CHUNK, Ledger, Seat, Sharing
+from .scheduler import Ledger, Seat, Sharing
 from .sequence import Sequence as Running
 
 __all__ = ["Tenants", "Waiting"]
 
 # A tenant that had one request at a time in flight within this many seconds counts as
-# interactive: while it shares the engine, steps stay short (scheduler.SHARED_CHUNK).
+# interactive: while it shares the engine, steps stay short (scheduler.StepCost.prompt_cap).
 INTERACTIVE_WINDOW = 30.0
 
 Entry = tuple[Handle, Sink]
@@ -148,11 +148,12 @@ class Tenants:
         busy = {t for t, n in in_flight.items() if n}
         self._interactive = any(busy - {t} for t in chatting)
 
-    def sharing(self, ready: Sequence[Running], light_alone: bool) -> Sharing | None:
-        """How the next step is shared between the tenants of `ready` (None: not fair)."""
+    def sharing(self, ready: Sequence[Running], light_alone: bool, short: int) -> Sharing | None:
+        """How the next step is shared between the tenants of `ready` (None: not fair);
+        `short`: the prompt tokens of a step while an interactive tenant shares the engine."""
         if not self.fair:
             return None
-        cap = SHARED_CHUNK if self._interactive else None
+        cap = short if self._interactive else None
         tenants = [self.of(s.request) for s in ready]
         return Sharing(tenants, self.ledger.weights, self._light, light_alone, cap)
 

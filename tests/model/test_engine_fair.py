@@ -4,7 +4,7 @@ who makes way, and each tenant's own queue limit. Assertions are about order and
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -48,7 +48,7 @@ class Finishes:
         self.done = threading.Event()
         self._lock = threading.Lock()
 
-    def sink(self, name: str):  # type: ignore[no-untyped-def]
+    def sink(self, name: str) -> Callable[[Event], None]:
         self.tokens[name] = []
 
         def on(ev: Event) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from llamay.engine.request import GenerateRequest, Handle
-from llamay.engine.scheduler import SHARED_CHUNK
 from llamay.engine.tenants import INTERACTIVE_WINDOW, Tenants
 from llamay.errors import Overloaded, QueueLimit
 
@@ -53,19 +52,19 @@ def test_steps_stay_short_while_an_interactive_tenant_shares_the_engine() -> Non
     t = Tenants(fair=True, max_queue=64)
     queue(t, "a", 5)
     t.refresh([], now=0.0)
-    sharing = t.sharing([], light_alone=True)
+    sharing = t.sharing([], True, 40)
     assert sharing is not None and sharing.prompt_cap is None  # a alone: whole steps
     chat = queue(t, "b", 1)
     t.refresh([], now=1.0)
-    sharing = t.sharing([], light_alone=True)
-    assert sharing is not None and sharing.light == {"b"} and sharing.prompt_cap == SHARED_CHUNK
+    sharing = t.sharing([], True, 40)
+    assert sharing is not None and sharing.light == {"b"} and sharing.prompt_cap == 40
     t.waiting.pop("b")
     del chat
     t.refresh([], now=2.0)  # b between two chats: still short steps
-    assert (s := t.sharing([], True)) is not None and s.prompt_cap == SHARED_CHUNK and not s.light
+    assert (s := t.sharing([], True, 40)) is not None and s.prompt_cap == 40 and not s.light
     t.refresh([], now=2.0 + INTERACTIVE_WINDOW + 1)  # b has not been back for a while
-    assert (s := t.sharing([], True)) is not None and s.prompt_cap is None
+    assert (s := t.sharing([], True, 40)) is not None and s.prompt_cap is None
     queue(t, "b", 9)  # b is back with a backlog of its own: heavy beside heavy, whole steps
     t.refresh([], now=100.0)
-    assert (s := t.sharing([], True)) is not None and s.prompt_cap is None and not s.light
-    assert Tenants(fair=False, max_queue=1).sharing([], True) is None
+    assert (s := t.sharing([], True, 40)) is not None and s.prompt_cap is None and not s.light
+    assert Tenants(fair=False, max_queue=1).sharing([], True, 40) is None

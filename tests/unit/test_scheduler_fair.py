@@ -10,10 +10,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from llamay.engine.scheduler import (
+    SHARED_CHUNK,
+    STEP_OVERHEAD,
     Ledger,
     Preemption,
     Seat,
     Sharing,
+    StepCost,
     make_way,
     next_tenant,
     preempt,
@@ -361,3 +364,23 @@ def test_shared_budgets_keep_every_rule_of_the_plan() -> None:
             for t in short:
                 for u in short:
                     assert got[t] / weights[t] >= got[u] / weights[u] - (n + 2)
+
+
+def test_shared_steps_are_as_short_as_their_fixed_cost_allows() -> None:
+    cost = StepCost()
+    assert cost.prompt_cap() == SHARED_CHUNK  # nothing known yet
+    for _ in range(50):
+        cost.add(1, 0.007)  # a decode step: ~7 ms, whatever its size
+        cost.add(512, 0.007 + 512 * 0.0032)  # a prompt step: 3.2 ms a token
+        cost.add(40, 0.007 + 40 * 0.0032)
+    cap = cost.prompt_cap()
+    assert cost.fixed is not None and cost.per_token is not None
+    step = cost.fixed + cap * cost.per_token
+    # the shortest step whose fixed cost is within STEP_OVERHEAD of it
+    assert cost.fixed / step <= STEP_OVERHEAD < cost.fixed / (step - cost.per_token)
+    busy = StepCost()
+    for _ in range(50):  # a machine where each step costs far more to start
+        busy.add(1, 0.4)
+        busy.add(512, 0.4 + 512 * 0.03)
+    assert busy.prompt_cap() > cap
+    assert StepCost(fixed=0.0001, per_token=0.01).prompt_cap() == SHARED_CHUNK  # never below the floor

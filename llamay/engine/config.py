@@ -1,0 +1,43 @@
+"""How an engine is set up (`EngineConfig`) and what it counts (`EngineStats`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["EngineConfig", "EngineStats"]
+
+
+def _fair_default() -> bool:
+    return os.environ.get("LLAMAY_ADMISSION", "fair").strip().lower() != "fcfs"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """`concurrency` caps running sequences. With `fair` (the default; `LLAMAY_ADMISSION=fcfs`
+    turns it off) waiting sequences start by tenant, the least served first, and each tenant
+    may have up to `max_queue` waiting: past that its submit() raises QueueLimit (HTTP 429),
+    whatever other tenants do. The single user (tenant "") and first-come-first-served
+    admission have one queue of `max_queue`, past which submit() raises Overloaded (HTTP 503
+    with Retry-After)."""
+
+    concurrency: int = 8
+    max_queue: int = 64
+    fair: bool = field(default_factory=_fair_default)
+    # Used only when the engine builds its own KvManager (see KvManager.create).
+    model_name: str = "model"
+    model_sha256: str = ""
+    contexts_dir: Path | None = None  # where contexts are spilled and saved; None: a temp folder
+    cache_ram: int = 512 * 1024 * 1024  # bytes of RAM for cached prefixes moved out of the KV cache
+
+
+@dataclass
+class EngineStats:
+    requests: int = 0
+    aborted: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    steps: int = 0
+    decode_seconds: float = 0.0
