@@ -1,7 +1,8 @@
 """The engine's decisions, as pure functions tested without weights: which tokens go into
-the next decode (`schedule`), which waiting requests start (`Admission`, whose turn it is
-by `Ledger` and `next_tenant`, who makes way for it by `make_way`), and which request
-gives way when the KV cache is full (`preempt`).
+the next decode (`schedule`, shared between tenants as `Sharing` says, in steps as short
+as `StepCost` allows), which waiting requests start (`Admission`; whose turn it is by the
+`Ledger` and `next_tenant`; who makes way by `make_way`), and which request gives way when
+the KV cache is full (`preempt`).
 
 Decode tokens of running sequences come first (one each, so generation never stalls
 behind a long prompt), then prompt chunks, the budget shared fairly between tenants and
@@ -192,7 +193,6 @@ def _share(
             take[i] = _chunk(seqs[i].n_tokens - seqs[i].n_past, shares[t])
             shares[t] -= take[i]
             room -= take[i]
-            left -= take[i]
     return room
 
 
