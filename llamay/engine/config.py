@@ -34,10 +34,17 @@ class EngineConfig:
 
 @dataclass
 class EngineStats:
+    """Counts since the engine started. `prompt_tokens`, `cached_tokens` and
+    `generated_tokens` are counted when a request ends; `computed_tokens` as each step is
+    decoded (prompt positions read and tokens fed back), in all and per tenant (`by_tenant`:
+    a tenant's name, "" for the single user, -> its computed tokens)."""
+
     requests: int = 0
     aborted: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
     generated_tokens: int = 0
+    computed_tokens: int = 0
+    by_tenant: dict[str, int] = field(default_factory=dict)
     steps: int = 0
     decode_seconds: float = 0.0

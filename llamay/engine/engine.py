@@ -381,9 +381,13 @@ class Engine:
             return
         if status != DecodeStatus.OK:
             raise EngineError(f"llama_decode failed with status {status}")
+        by_tenant = self.stats.by_tenant
         for sl in plan:
             ready[sl.index].n_past += sl.count
             ready[sl.index].decode_seconds += spent
+            tenant = ready[sl.index].request.tenant
+            by_tenant[tenant] = by_tenant.get(tenant, 0) + sl.count
+        self.stats.computed_tokens += batch.n
         self.kv.age(batch.n)
         for s, pos, row in scored:
             k = s.request.prompt_logprobs or 0
