@@ -90,6 +90,10 @@ def test_a_late_tenant_starts_ahead_of_an_earlier_tenants_backlog(model: Model) 
     last_b = max(seen.order.index("b0"), seen.order.index("b1"))
     assert last_b <= 3, seen.order  # b's two start among the first four, not after a's six
     assert set(seen.reasons.values()) == {"length"}
+    # every token computed is counted, and for whom
+    by = engine.stats.by_tenant
+    assert set(by) == {"a", "b"} and sum(by.values()) == engine.stats.computed_tokens
+    assert by["a"] > by["b"] > 0
 
 
 def test_first_come_first_served_when_fairness_is_off(model: Model) -> None:

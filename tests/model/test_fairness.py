@@ -81,4 +81,8 @@ def test_a_flood_of_prompts_neither_refuses_nor_starves_another_user(server: Ser
     assert done.status_code == 200, done.text
     choices = done.json()["choices"]
     assert len(choices) == N_PROMPTS and {c["finish_reason"] for c in choices} == {"length"}
+    # what the engine computed for each, in the admin's figures
+    model = httpx.get(server.base + "/v1/stats", headers=ROOT, timeout=60).json()["models"][0]
+    by = model["computed_by_principal"]
+    assert by["ann"] > by["bob"] > 0 and sum(by.values()) == model["computed_tokens"]
     assert server.alive()
