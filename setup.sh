@@ -7,16 +7,22 @@
 # llama-cpp-python ships as source and is compiled here. This hardware advertises AMX, and
 # llama.cpp's AMX matmul crashes on multi-token batches, so it is always built with AMX off.
 # pip's wheel cache does not key on CMAKE_ARGS, so the wheel is built into a folder keyed by
-# version + flags and installed from there, never from pip's cache.
+# version, flags and native/'s patches, and installed from there, never from pip's cache.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 LLAMA_CPP_VERSION=0.3.36
+# The source tarball's sha256: native/'s patches are written against exactly this source.
+LLAMA_CPP_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 AMX_OFF='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'
 CMAKE_FLAGS="-DCMAKE_C_FLAGS='${AMX_OFF}' -DCMAKE_CXX_FLAGS='${AMX_OFF}'"
-# native/ holds a patch to the vendored llama.cpp (what it changes and why: its header).
-PATCH="native/llama-cpp-python-${LLAMA_CPP_VERSION}.patch"
-BUILD_KEY="${LLAMA_CPP_VERSION}-$( (printf '%s' "$CMAKE_FLAGS"; cat "$PATCH") | sha256sum | cut -c1-12)"
+# native/ holds a series of patches to the vendored llama.cpp, applied in name order by
+# native/series.py, strictly (native/README.md: what each changes and why, and how to add one).
+# The build key covers every patch's name and text and the tool that applies them.
+PATCHES=(native/[0-9][0-9][0-9][0-9]-*.patch)
+[ -f "${PATCHES[0]}" ] || { printf 'setup: no NNNN-*.patch files in native/\n' >&2; exit 1; }
+BUILD_KEY="${LLAMA_CPP_VERSION}-$( (printf '%s\n' "$CMAKE_FLAGS" "$LLAMA_CPP_SHA256"
+  for f in "${PATCHES[@]}" native/series.py; do printf '%s\n' "$f"; cat "$f"; done) | sha256sum | cut -c1-12)"
 WHEELS="${LLAMAY_WHEEL_CACHE:-$HOME/.cache/llamay/wheels}/llama-cpp-python-${BUILD_KEY}"
 PY="${PYTHON:-python3}"
 
@@ -33,13 +39,22 @@ VPY=.venv/bin/python
 
 if [ "$(cat .venv/.llama-cpp-build 2>/dev/null)" != "$BUILD_KEY" ] || ! "$VPY" -c 'import llama_cpp' 2>/dev/null; then
   if ! ls "$WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
-    say "building llama-cpp-python ${LLAMA_CPP_VERSION} with AMX off and $PATCH (takes ~6 minutes on 2 cores)"
-    command -v patch >/dev/null || { say "needs the 'patch' tool (Debian: apt-get install patch)"; exit 1; }
+    say "building llama-cpp-python ${LLAMA_CPP_VERSION} with AMX off and the ${#PATCHES[@]} patches in native/ (takes ~6 minutes on 2 cores)"
     rm -rf "$WHEELS.tmp" && mkdir -p "$WHEELS.tmp/src"
     "$VPY" -m pip download -q --no-deps --no-binary :all: --no-cache-dir \
       "llama-cpp-python==${LLAMA_CPP_VERSION}" -d "$WHEELS.tmp/src"
-    tar xzf "$WHEELS.tmp/src/llama_cpp_python-${LLAMA_CPP_VERSION}.tar.gz" -C "$WHEELS.tmp/src"
-    patch -p1 -s -d "$WHEELS.tmp/src/llama_cpp_python-${LLAMA_CPP_VERSION}" < "$PATCH"
+    SDIST="$WHEELS.tmp/src/llama_cpp_python-${LLAMA_CPP_VERSION}.tar.gz"
+    if ! "$VPY" native/series.py verify "$SDIST" "$LLAMA_CPP_SHA256"; then
+      say "the downloaded source is not the one pinned in setup.sh (above); nothing was built"
+      rm -rf "$WHEELS.tmp"
+      exit 1
+    fi
+    tar xzf "$SDIST" -C "$WHEELS.tmp/src"
+    if ! "$VPY" native/series.py apply "$WHEELS.tmp/src/llama_cpp_python-${LLAMA_CPP_VERSION}" "${PATCHES[@]}"; then
+      say "the patch series does not apply exactly (above); nothing was built"
+      rm -rf "$WHEELS.tmp"
+      exit 1
+    fi
     CMAKE_ARGS="$CMAKE_FLAGS" "$VPY" -m pip wheel -q --no-deps --no-cache-dir \
       "$WHEELS.tmp/src/llama_cpp_python-${LLAMA_CPP_VERSION}" -w "$WHEELS.tmp"
     rm -rf "$WHEELS.tmp/src"

@@ -1,151 +1,40 @@
-"""Shared helpers for benchmarks: server subprocesses on 127.0.0.1, server-sent events lines,
-percentiles, machine load, JSON output."""
+"""Shared helpers for benchmarks: server-sent events, percentiles, machine load, JSON output.
+Server processes are started by `llamay.testing.server`, the launcher the tests use too."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 import os
-import socket
-import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-import httpx
-
 __all__ = [
-    "HOST",
-    "Server",
-    "ServerError",
-    "free_port",
-    "llamay_serve_argv",
-    "log_tail",
+    "DONE",
+    "BadEvent",
+    "all_or_first_failure",
     "machine_info",
     "percentile",
     "print_json",
-    "running_server",
+    "sentences",
     "sse_data",
-    "start_server",
-    "stop_server",
+    "sse_event",
 ]
 
-HOST = "127.0.0.1"
+DONE = "[DONE]"
+"""The data of the event that ends an OpenAI stream."""
 
 
-class ServerError(RuntimeError):
-    """A server process that did not start, or died; the message carries its log tail."""
+class BadEvent(ValueError):
+    """A server-sent event whose data is not a JSON object (`problem` "malformed event"), or
+    one that reports an error ("error in stream"); `data` is what it carried."""
 
-
-@dataclass
-class Server:
-    name: str
-    proc: subprocess.Popen[bytes]
-    port: int
-    log_path: Path
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{HOST}:{self.port}"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def llamay_serve_argv(model: str | Path, port: int, *extra: str) -> list[str]:
-    """`llamay serve` on `model`, listening on HOST:port, run by this interpreter (so by the
-    checkout and the environment the benchmark runs from)."""
-    return [sys.executable, "-m", "llamay", "serve", "-m", str(model), "-addr", f"{HOST}:{port}", *extra]
-
-
-def log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def start_server(
-    name: str,
-    argv: Sequence[str],
-    port: int,
-    ready_path: str,
-    *,
-    env: Mapping[str, str | None] | None = None,
-    timeout: float = 120.0,
-) -> Server:
-    """Start `argv` (which must listen on HOST:port) with its output in a log file, and wait
-    until GET ready_path answers 200. Raises ServerError (after stopping it) if it exits first
-    or is not ready within `timeout` seconds. `env` overrides this process's environment; a
-    None value removes that variable."""
-    fd, log_name = tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".log")
-    full_env = {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}
-    with os.fdopen(fd, "wb") as log:
-        proc = subprocess.Popen(
-            list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env
-        )
-    server = Server(name, proc, port, Path(log_name))
-    try:
-        _wait_ready(server, ready_path, timeout)
-    except BaseException:
-        stop_server(server)
-        raise
-    return server
-
-
-def _wait_ready(server: Server, ready_path: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    url = server.base_url + ready_path
-    while time.monotonic() < deadline:
-        code = server.proc.poll()
-        if code is not None:
-            raise ServerError(f"{server.name} exited with {code} before ready:\n{log_tail(server.log_path)}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2.0).status_code == 200:
-                return
-        time.sleep(0.2)
-    raise ServerError(f"{server.name} not ready after {timeout:.0f}s:\n{log_tail(server.log_path)}")
-
-
-def stop_server(server: Server, grace: float = 15.0) -> int | None:
-    """SIGTERM, then SIGKILL after `grace` seconds; returns the exit code."""
-    if server.proc.poll() is None:
-        server.proc.terminate()
-        try:
-            server.proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            server.proc.kill()
-            server.proc.wait(10)
-    return server.proc.returncode
-
-
-@contextlib.contextmanager
-def running_server(
-    name: str,
-    argv: Sequence[str],
-    port: int,
-    ready_path: str,
-    *,
-    env: Mapping[str, str | None] | None = None,
-    timeout: float = 120.0,
-) -> Iterator[Server]:
-    """start_server ... stop_server, always stopping it."""
-    server = start_server(name, argv, port, ready_path, env=env, timeout=timeout)
-    try:
-        yield server
-    finally:
-        stop_server(server)
+    def __init__(self, problem: str, data: str) -> None:
+        super().__init__(f"{problem}: {data[:300]}")
+        self.problem = problem
+        self.data = data
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -160,8 +49,24 @@ def percentile(values: Sequence[float], p: float) -> float:
 
 
 def sse_data(line: str) -> str | None:
-    """The payload of a server-sent events `data:` line, stripped; None for any other line."""
+    """The payload of a server-sent events `data:` line, stripped; None for any other line
+    (blank separators, `event:` lines, comments such as keep-alive pings)."""
     return line[5:].strip() if line.startswith("data:") else None
+
+
+def sse_event(data: str) -> dict[str, Any]:
+    """The JSON object an event's data carries (OpenAI, Anthropic). Raises BadEvent when it is
+    not a JSON object, or when it reports an error: an `error` member (OpenAI) or an event of
+    type "error" (Anthropic)."""
+    try:
+        event = json.loads(data)
+    except ValueError:
+        raise BadEvent("malformed event", data) from None
+    if not isinstance(event, dict):
+        raise BadEvent("malformed event", data)
+    if "error" in event or event.get("type") == "error":
+        raise BadEvent("error in stream", data)
+    return event
 
 
 def machine_info(load_start: tuple[float, float, float], busy_warning: str) -> dict[str, Any]:

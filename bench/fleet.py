@@ -13,7 +13,6 @@ answer. Prints JSON. The fleet's replicas get 1 thread each, the single server 2
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -27,7 +26,9 @@ from typing import Any
 
 import httpx
 
-from bench.common import HOST, free_port, percentile, print_json, running_server
+from llamay.testing.server import HOST, free_port, start_server
+
+from .common import DONE, BadEvent, percentile, print_json, sse_data, sse_event
 
 TENANTS = 8
 CLIENTS = 8
@@ -65,12 +66,16 @@ def one(base: str, tenant: int, q: int, max_tokens: int) -> Result:
             if s.status_code != 200:
                 return Result(0, 0, 0, 0, False)
             for line in s.iter_lines():
-                if line.startswith("data: {") and ttft is None and '"content"' in line:
+                data = sse_data(line)
+                if data is None or data == DONE:
+                    continue
+                event = sse_event(data)
+                # The first chunk naming content (the role chunk, with content ""): when the
+                # stream started, as every arm of this benchmark has measured it.
+                if ttft is None and any("content" in (c.get("delta") or {}) for c in event.get("choices") or []):
                     ttft = time.monotonic() - t0
-                if line.startswith("data: {") and '"usage"' in line:
-                    u = json.loads(line[6:]).get("usage")
-                    usage = u or usage
-    except httpx.HTTPError:
+                usage = event.get("usage") or usage
+    except (httpx.HTTPError, BadEvent):
         return Result(0, 0, 0, 0, False)
     total = time.monotonic() - t0
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
@@ -187,14 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     # Servers of their own home: another llamay on this machine may hold the default one.
     env = {"LLAMAY_HOME": tempfile.mkdtemp(prefix="bench-fleet-home-")}
     port = free_port()
-    with running_server("serve", [*serve_argv, "-addr", f"{HOST}:{port}"], port, "/health", env=env) as s:
+    with start_server("serve", [*serve_argv, "-addr", f"{HOST}:{port}"], port, "/health", env=env) as s:
         warm(s.base_url)
         report["serve"] = workload(s.base_url, args.requests, args.max_tokens)
     port = free_port()
     # The hop's baseline runs exactly as a fleet replica does (1 thread, same -ctx and
     # -concurrency): only the hop differs.
     one_thread = [*serve_argv[:-6], *FLEET_REPLICA_ARGV]
-    with running_server("serve-1t", [*one_thread, "-addr", f"{HOST}:{port}"], port, "/health", env=env) as s:
+    with start_server("serve-1t", [*one_thread, "-addr", f"{HOST}:{port}"], port, "/health", env=env) as s:
         warm(s.base_url)
         report["serve_1_thread_hop_ttft"] = hop(s.base_url)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")

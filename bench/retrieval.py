@@ -39,8 +39,9 @@ from llamay.embed import embed_texts_sync, imported_path, load_encoder
 from llamay.rag import ADMIN, EncoderEmbedder, build_index, open_index
 from llamay.rag.search import rrf
 from llamay.testing import write_tiny_llama
+from llamay.testing.server import free_port, start_server
 
-from .common import free_port, percentile, print_json, running_server
+from .common import percentile, print_json
 
 ADJ = (
     "solar:sun-powered electric:battery-driven portable:handheld waterproof:water-resistant "
@@ -276,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         port = free_port()
         cmd = [sys.executable, "-m", "llamay", "serve", "-m", str(write_tiny_llama(work / "chat.gguf"))]
         cmd += ["-addr", f"127.0.0.1:{port}", "-index", str(work / "l.sqlite"), "-embed", "all-minilm"]
-        with running_server(
+        with start_server(
             "llamay", [*cmd, "-threads", str(threads)], port, "/health", timeout=300
         ) as server:
             out["retrieve"] |= {"index_passages": out["latency_index"]["passages"]}

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sys
 import tempfile
@@ -31,8 +30,9 @@ from typing import Any
 import httpx
 
 from llamay.api.http import MAX_BODY
+from llamay.testing.server import HOST, free_port, start_server
 
-from .common import HOST, free_port, print_json, running_server
+from .common import DONE, BadEvent, print_json, sse_data, sse_event
 
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 GREEDY = {"messages": [{"role": "user", "content": "Write one sentence about the sea."}], "temperature": 0, "max_tokens": 32}  # fmt: skip
@@ -77,15 +77,16 @@ def chat_problem(r: httpx.Response, max_tokens: int) -> str:
 
 def read_sse(text: str) -> tuple[str, str]:
     """(content, problem) of a streamed chat or completion; problem '' when well-formed."""
-    content, finish, frames = "", None, [ln[5:].strip() for ln in text.splitlines() if ln.startswith("data:")]
-    if not frames or frames[-1] != "[DONE]":
+    content, finish = "", None
+    frames = [data for data in map(sse_data, text.splitlines()) if data is not None]
+    if not frames or frames[-1] != DONE:
         return content, f"stream does not end with [DONE]: {text[-200:]!r}"
     for frame in frames[:-1]:
         try:
-            for c in json.loads(frame)["choices"]:
+            for c in sse_event(frame)["choices"]:
                 content += c.get("delta", {}).get("content") or c.get("text") or ""
                 finish = c.get("finish_reason") or finish
-        except (ValueError, KeyError, TypeError):
+        except (BadEvent, KeyError, TypeError):
             return content, f"bad stream frame: {frame[:200]!r}"
     return content, "" if finish in FINISH else f"stream finished with {finish!r}"
 
@@ -152,7 +153,7 @@ class Clients:
             self.tally.note("disconnect", r.status_code)
             events = rng.randint(1, 6)
             async for line in r.aiter_lines():
-                events -= line.startswith("data:")
+                events -= sse_data(line) is not None
                 if events <= 0:
                     break  # leaving the block closes the connection mid-stream
 
@@ -290,7 +291,7 @@ def run_soak(minutes: float, model: str = "", clients: int = 6, ctx: int = 2048,
     argv += ["-m", model] if model else []
     with tempfile.TemporaryDirectory(prefix="llamay-soak-") as tmp:
         env = {"LLAMAY_HOME": home or tmp} if home or model.endswith(".gguf") else None
-        with running_server("llamay", argv, port, "/health", env=env, timeout=600) as server:
+        with start_server("llamay", argv, port, "/health", env=env, timeout=600) as server:
             report = asyncio.run(soak(server.base_url, server.proc.pid, minutes, clients, warmup))
             report["server_alive"] = server.proc.poll() is None
             try:

@@ -15,16 +15,19 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .backend.context import Context, ContextConfig
-from .backend.model import Model, ModelInfo, mem_available
+from .backend.memory import mem_available
 from .chat.template import ChatTemplate
 from .chat.traits import Traits, detect_traits
-from .engine.engine import Engine, EngineConfig
 from .errors import Conflict, ModelNotFound, Overloaded
 from .kv.manager import KvManager
 from .kv.storelock import StoreBusy
+
+if TYPE_CHECKING:  # llama.cpp is loaded by load_model, not by importing this module
+    from .backend.context import Context
+    from .backend.model import Model, ModelInfo
+    from .engine.engine import Engine
 
 __all__ = [
     "MANAGE_MODELS",
@@ -133,6 +136,10 @@ def load_model(
     """Load weights, create a context sized by `config`, start its engine thread; the
     model's chat traits are detected here, once (`LoadedModel.traits`). `progress` gets the
     fraction of the weights loaded, as `Model` reports it."""
+    from .backend.context import Context, ContextConfig
+    from .backend.model import Model
+    from .engine.engine import Engine, EngineConfig
+
     model = Model(path, progress)
     try:
         n_ctx = config.ctx or min(model.info.n_ctx_train or 8192, 8192)

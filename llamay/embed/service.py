@@ -19,13 +19,15 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from ..backend.encoder import EncoderConfig, EncoderContext, Pooling
-from ..backend.model import Model
 from ..errors import EngineError
+
+if TYPE_CHECKING:  # llama.cpp is loaded only when an encoder is opened
+    from ..backend.encoder import EncoderContext, Pooling
+    from ..backend.model import Model
 
 __all__ = ["Encoder", "EncoderStats", "Kind", "default_threads"]
 
@@ -99,6 +101,9 @@ class Encoder:
         """Load the GGUF at `path` as an encoder named `name`.  `threads` 0 = all cores;
         `max_tokens` 0 = the model's trained context (at most 8192).  Raises ValueError for a
         model without pooling, FileNotFoundError / ValueError for a file llama.cpp cannot load."""
+        from ..backend.encoder import EncoderConfig, EncoderContext
+        from ..backend.model import Model
+
         model = Model(path)
         try:
             config = EncoderConfig(

@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import queue
 from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
 from ..types import ErrorEvent, Event, FinishEvent
-from .engine import Engine
 from .request import GenerateRequest
+
+if TYPE_CHECKING:  # the engine module loads llama.cpp; its callers hand an Engine in
+    from .engine import Engine
 
 __all__ = ["EventStream", "submit_all", "merge", "iter_events"]
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..grammar import CompileCache
 from ..types import FinishReason, TokenEvent, TopLogprob
-from .repetition import PackedMask
+from .packed_mask import PackedMask
 from .sampler import Sample
 from .sequence import Sequence
 

@@ -9,9 +9,9 @@ through that tokenizer's `CompileCache` (`Model.compile_cache`): per step,
 `fill_mask` -> mask the logits -> sample -> `consume`.
 """
 
-from .constraint import CompileCache, Compiled, Constraint, allocate_mask
+from .constraint import CompileCache, Compiled, Constraint, allocate_mask, byte_compile_cache
 from .grammar import Grammar, GrammarKind
-from .runtime import byte_compile_cache, byte_tokenizer
+from .runtime import byte_tokenizer
 from .schema import SchemaError
 
 __all__ = [

@@ -8,6 +8,7 @@ satisfies the grammar by construction; nothing is checked afterwards.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
@@ -19,12 +20,12 @@ import llguidance
 import numpy as np
 
 from ..errors import GrammarError
-from .runtime import matcher_error, parser_limits
+from .runtime import byte_tokenizer, matcher_error, parser_limits
 
 if TYPE_CHECKING:
     from .grammar import Grammar
 
-__all__ = ["Compiled", "CompileCache", "Constraint", "allocate_mask", "CACHE_SIZE"]
+__all__ = ["Compiled", "CompileCache", "Constraint", "allocate_mask", "byte_compile_cache", "CACHE_SIZE"]
 
 CACHE_SIZE = 256  # compiled grammars kept (least recently used dropped first)
 
@@ -49,8 +50,8 @@ def spec_hash(spec: str) -> str:
 
 class CompileCache:
     """Grammars compiled for one tokenizer, owned by whoever owns that tokenizer (a
-    `Model` for its vocabulary; `grammar.runtime.byte_compile_cache` for the byte
-    tokenizer), so it lives and dies with it.
+    `Model` for its vocabulary; `byte_compile_cache` for the byte tokenizer), so it lives
+    and dies with it.
 
     An LRU of `size` entries keyed by the sha256 of the llguidance spec. Thread-safe, and
     concurrent requests for the same grammar compile once. llguidance drops the GIL while
@@ -94,6 +95,13 @@ class CompileCache:
                 while len(self._entries) > self.size:
                     self._entries.popitem(last=False)
             return compiled
+
+
+@functools.cache
+def byte_compile_cache() -> CompileCache:
+    """The compile cache of `byte_tokenizer()`, for model-free matching. Like the
+    tokenizer it belongs to, one per process."""
+    return CompileCache(byte_tokenizer())
 
 
 def _compile(grammar: Grammar, tokenizer: llguidance.LLTokenizer) -> Compiled:

@@ -20,8 +20,8 @@ import llguidance
 from ..errors import GrammarError
 from . import bound, gbnf
 from . import schema as jschema
-from .constraint import spec_hash
-from .runtime import MAX_SOURCE_BYTES, byte_compile_cache, validate_spec
+from .constraint import byte_compile_cache, spec_hash
+from .runtime import MAX_SOURCE_BYTES, validate_spec
 from .shape import Layout, Shape
 
 __all__ = ["Grammar", "GrammarKind"]

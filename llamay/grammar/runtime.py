@@ -1,5 +1,4 @@
-"""Shared llguidance plumbing: the byte tokenizer (and its compile cache), resource
-limits, grammar validation.
+"""Shared llguidance plumbing: the byte tokenizer, resource limits, grammar validation.
 
 Everything that talks to llguidance directly and is not specific to one grammar source
 lives here, so the limits and the error mapping are the same for every kind of grammar.
@@ -8,19 +7,14 @@ lives here, so the limits and the error mapping are the same for every kind of g
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 import llguidance
 
 from ..errors import GrammarError
 
-if TYPE_CHECKING:
-    from .constraint import CompileCache
-
 __all__ = [
     "MAX_SOURCE_BYTES",
     "byte_tokenizer",
-    "byte_compile_cache",
     "parser_limits",
     "validate_spec",
     "matcher_error",
@@ -37,15 +31,6 @@ def byte_tokenizer() -> llguidance.LLTokenizer:
     """llguidance's built-in byte tokenizer: ids 0..254 are the bytes 0x00..0xFE, 255..260
     are specials, 261 is EOS. Built once; it needs no model files."""
     return llguidance.LLTokenizer("byte")
-
-
-@functools.cache
-def byte_compile_cache() -> CompileCache:
-    """The compile cache of `byte_tokenizer()`, for model-free matching. Like the
-    tokenizer it belongs to, one per process."""
-    from .constraint import CompileCache  # constraint imports this module
-
-    return CompileCache(byte_tokenizer())
 
 
 def parser_limits() -> llguidance.LLParserLimits:

@@ -2,8 +2,8 @@
 
 Two servers on one `LLAMAY_HOME` used to load each other's contexts, and whichever stopped
 last rewrote the index with only its own view and deleted the files it did not know. The
-store's owner now holds an exclusive `flock` on `<folder>/.lock` for as long as it uses the
-folder; a second process is refused with a message naming the owner's pid and command
+store's owner now holds the lock on `<folder>/.lock` (`llamay.filelock`) for as long as it
+uses the folder; a second process is refused with a message naming the owner's pid and command
 line. The lock goes with the process (a crash or kill -9 releases it), so a stale lock file
 never blocks a restart.
 
@@ -13,7 +13,6 @@ folder): a kill at any moment leaves either the old file or the new one, never a
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 import tempfile
@@ -21,6 +20,7 @@ import threading
 from pathlib import Path
 
 from ..errors import Conflict
+from ..filelock import FileLock
 
 __all__ = ["StoreBusy", "StoreLock", "write_atomic"]
 
@@ -54,7 +54,7 @@ class StoreLock:
                 raise StoreBusy(f"the context store {folder} is in use by this process", here=True)
             _HELD_HERE.add(key)
         try:
-            self._fd: int | None = self._lock(folder)
+            self._lock: FileLock | None = self._take(folder)
         except BaseException:
             with _HELD_LOCK:
                 _HELD_HERE.discard(key)
@@ -62,43 +62,28 @@ class StoreLock:
         self._key = key
 
     @staticmethod
-    def _lock(folder: Path) -> int:
-        path = folder / LOCK_NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = _read_owner(fd)
-            os.close(fd)
+    def _take(folder: Path) -> FileLock:
+        lock = FileLock(folder / LOCK_NAME, mode=0o600)
+        if not lock.acquire(wait=False):
+            owner = lock.read_note() or "pid unknown"
             raise StoreBusy(
                 f"the context store {folder} is in use by another llamay process ({owner}); "
                 "stop it, or give this one its own LLAMAY_HOME"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n".encode())
-        return fd
+            )
+        lock.write_note(f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n")
+        return lock
 
     @property
     def held(self) -> bool:
-        return self._fd is not None
+        return self._lock is not None
 
     def release(self) -> None:
-        """Give the store up (idempotent). The lock file stays: removing it would let a
-        third process lock a new file while a second still waits on the old one."""
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        """Give the store up (idempotent); the lock file stays (see `llamay.filelock`)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
             with _HELD_LOCK:
                 _HELD_HERE.discard(self._key)
-
-
-def _read_owner(fd: int) -> str:
-    try:
-        text = os.pread(fd, 400, 0).decode(errors="replace").strip()
-    except OSError:
-        text = ""
-    return text or "pid unknown"
 
 
 def write_atomic(path: Path, data: bytes) -> None:

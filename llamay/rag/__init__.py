@@ -13,7 +13,8 @@ from .access import ADMIN, AccessResolver, Label, Reader, reader_of
 from .build import BuildReport, build_index, scan
 from .chunk import Passage, chunk
 from .embedder import Embedder, EncoderEmbedder
-from .extract import Extracted, NotExtractable, extract_file
+from .extract import extract_file
+from .extracted import Extracted, NotExtractable
 from .index import Hit, Index, open_index
 from .retrieve import Retrieved, query_encoder, retrieve
 from .store import NotAnIndex

@@ -23,7 +23,8 @@ import numpy as np
 from .access import AccessResolver, Label
 from .chunk import MAX_WORDS, MIN_WORDS, Passage, chunk
 from .embedder import Embedder
-from .extract import NotExtractable, extract_file, kind_of
+from .extract import extract_file, kind_of
+from .extracted import NotExtractable
 from .progress import Progress
 from .store import IndexStore
 

@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from .extract import Extracted
+from .extracted import Extracted
 
 __all__ = ["LONG_WORD", "MAX_WORDS", "MIN_WORDS", "Passage", "chunk", "paragraph_spans", "word_count"]
 

@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from .extract import Extracted, decode_utf8, utf8_offsets
+from .extracted import Extracted, decode_utf8, utf8_offsets
 
 __all__ = ["BLOCK_TAGS", "html_text"]
 

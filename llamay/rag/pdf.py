@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .extract import Extracted, NotExtractable
+from .extracted import Extracted, NotExtractable
 
 __all__ = ["pdf_text"]
 

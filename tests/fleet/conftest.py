@@ -4,6 +4,7 @@ started is left running."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ import httpx
 import pytest
 
 from llamay.testing import write_tiny_llama
-from tests.serverproc import free_port
+from llamay.testing.server import free_port, spawn, stop_server
 
 KEYS = {
     "keys": [
@@ -110,25 +111,21 @@ def cli_fleet(
     keys = tmp / "keys.json"
     keys.write_text(json.dumps(KEYS))
     port = free_port()
-    log_path = tmp / "fleet.log"
-    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "LLAMAY_HOME": str(tmp / "home"), "RAY_AUTH_MODE": "disabled"}
+    env = {"RAY_TMPDIR": ray_tmp, "LLAMAY_HOME": str(tmp / "home"), "RAY_AUTH_MODE": "disabled"}
     cmd = [sys.executable, "-m", "llamay", "fleet", "up", "-replicas", "2", "-m", str(tiny_model_path),
            "-addr", f"127.0.0.1:{port}", "-keys", str(keys), "-state", str(tmp / "state"),
            "-ray-cpus", "2", *REPLICA_FLAGS]  # fmt: skip
-    with open(log_path, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    fleet = Fleet(f"http://127.0.0.1:{port}", proc, log_path, tmp / "state")
+    server = spawn("llamay fleet", cmd, port, env=env, log_path=tmp / "fleet.log")
+    fleet = Fleet(server.base_url, server.proc, server.log_path, tmp / "state")
     try:
         fleet.wait_replicas(2)
         yield fleet
     finally:
         down = subprocess.run([sys.executable, "-m", "llamay", "fleet", "down", "-url", fleet.base, "-key", "k-admin"],
-                              capture_output=True, env=env, timeout=60)  # fmt: skip
-        try:
-            proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            proc.terminate()
-            proc.wait(timeout=60)
+                              capture_output=True, env={**os.environ, **env}, timeout=60)  # fmt: skip
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.proc.wait(timeout=90)  # `fleet down` ends it
+        stop_server(server, grace=60)
         assert down.returncode == 0, down.stderr
-        assert proc.returncode == 0, fleet.log()
+        assert server.proc.returncode == 0, fleet.log()
         assert_nothing_left(ray_tmp)

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.coverage import Entry, is_annotation_or_draft, load_corpus, load_suite, measure_all, tally
-from bench.coverage_measure import ACCEPTED_WRONG, VALID_REJECTED, variants
+from bench.coverage.main import Entry, is_annotation_or_draft, load_corpus, load_suite, measure_all, tally
+from bench.coverage.measure import ACCEPTED_WRONG, VALID_REJECTED, variants
 
 
 def _entry(source: str, schema: Any, tests: tuple[dict[str, Any], ...] = ()) -> Entry:

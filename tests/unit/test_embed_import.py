@@ -135,7 +135,8 @@ def fake_index(
                 200, json=body, headers={"content-type": "application/vnd.pypi.simple.v1+json"}
             )
         if request.url.path.startswith("/files/"):
-            return httpx.Response(200, content=files[request.url.path.removeprefix("/files/")])
+            # Streamed as a server sends it: the store reads a download as it arrives.
+            return httpx.Response(200, content=iter([files[request.url.path.removeprefix("/files/")]]))
         return httpx.Response(404)
 
     monkeypatch.setattr(wheel, "_client", lambda: httpx.Client(transport=httpx.MockTransport(handler)))

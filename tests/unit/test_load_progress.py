@@ -109,15 +109,3 @@ def test_unloading_a_model_that_is_loading_stops_its_load(
     asyncio.run(scenario())
     got = seen[0]
     assert got is not None and 0 < got[0] < got[1] == path.stat().st_size
-
-
-def test_a_progress_function_that_says_no_stops_llama_cpp(tmp_path: Path) -> None:
-    from llamay.backend.model import Model
-
-    path = write_tiny_llama(tmp_path / "m.gguf")
-    with pytest.raises(ValueError, match="could not load"):
-        Model(path, progress=lambda f: False)
-    fractions: list[float] = []
-    with Model(path, progress=fractions.append):  # None is not a no
-        pass
-    assert fractions and fractions[-1] == 1.0

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from llamay.rag.chunk import LONG_WORD, MAX_WORDS, MIN_WORDS, Passage, chunk, paragraph_spans, word_count
-from llamay.rag.extract import NotExtractable, plain_text, utf8_offsets
+from llamay.rag.extract import plain_text
+from llamay.rag.extracted import NotExtractable, utf8_offsets
 
 WORDS = ["alpha", "béta", "gâteau", "日本語", "naïve", "🎉party", "Größe", "x", "ünïcödé", "data"]
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from llamay.rag.chunk import chunk
-from llamay.rag.extract import NotExtractable, extract_file, kind_of
+from llamay.rag.extract import extract_file, kind_of
+from llamay.rag.extracted import NotExtractable
 from llamay.rag.html import html_text
 from llamay.rag.pdf import pdf_text
 

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from llamay.engine.repetition import SIBLING_PENALTY, NgramPenalty, RepetitionParams, structural_tokens
+from llamay.engine.repetition import NgramPenalty, RepetitionParams, structural_tokens
+from llamay.engine.siblings import SIBLING_PENALTY
 from llamay.errors import InvalidRequest
 
 PIECES = [b"a", b"b", b"c", b"d", b'",', b" ", b"x"]

@@ -10,14 +10,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from llamay.engine.repetition import (
-    SIBLING_PENALTY,
-    ArraySiblings,
-    NgramPenalty,
-    PackedMask,
-    RepetitionParams,
-    structural_tokens,
-)
+from llamay.engine.packed_mask import PackedMask
+from llamay.engine.repetition import NgramPenalty, RepetitionParams, structural_tokens
+from llamay.engine.siblings import SIBLING_PENALTY, ArraySiblings
 
 PIECES = [b"a", b"b", b"c", b"d", b"e", b'",', b" ", b"x", b"[", b'"', b"]"]
 STRUCT = structural_tokens(PIECES)

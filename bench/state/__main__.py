@@ -1,0 +1,7 @@
+"""`python -m bench.state`: runs `bench.state.main`."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())

@@ -1,0 +1,7 @@
+"""`python -m bench.structured`: runs `bench.structured.main`."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())
