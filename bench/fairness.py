@@ -46,18 +46,10 @@ from typing import Any
 
 import httpx
 
-from .common import (
-    Server,
-    free_port,
-    llamay_serve_argv,
-    machine_info,
-    percentile,
-    print_json,
-    sse_data,
-    start_server,
-    stop_server,
-)
-from .state_common import Tokenizer, fitted_text, resolve_model
+from llamay.testing.server import Server, free_port, llamay_serve_argv, start_server, stop_server
+
+from .common import DONE, machine_info, percentile, print_json, sse_data
+from .state.common import Tokenizer, fitted_text, resolve_model
 
 KEYS = {"a": "bench-tenant-a", "b": "bench-tenant-b", "admin": "bench-admin"}
 PRINCIPALS = ("tenant-a", "tenant-b")
@@ -150,7 +142,7 @@ async def chat_ttft(
             return None
         async for line in r.aiter_lines():
             data = sse_data(line)
-            if first is None and data and data != "[DONE]":
+            if first is None and data and data != DONE:
                 delta = (json.loads(data).get("choices") or [{}])[0].get("delta") or {}
                 if delta.get("content"):
                     first = time.perf_counter() - sent
