@@ -4,7 +4,7 @@
 
 Two servers on the same model, one after the other, each with two user keys of equal weight
 (A and B) and an admin key (for /v1/stats): `fair` (the default admission) and `fcfs`
-(`LLAMAY_ADMISSION=fcfs`, first come first served: the baseline, measured in the same run on
+(`-admission fcfs`, first come first served: the baseline, measured in the same run on
 the same load). On each:
 
 1. idle: B sends short streamed chats one at a time to the idle server: its time to first
@@ -298,7 +298,7 @@ def _ms(values: list[float]) -> dict[str, float | int]:
 
 
 @contextlib.contextmanager
-def llamay(name: str, model: Path, env: dict[str, str]) -> Iterator[Server]:
+def llamay(name: str, model: Path) -> Iterator[Server]:
     home = Path(tempfile.mkdtemp(prefix=f"bench-fairness-{name}-"))
     keys = home / "keys.json"
     keys.write_text(json.dumps({"keys": [
@@ -307,10 +307,10 @@ def llamay(name: str, model: Path, env: dict[str, str]) -> Iterator[Server]:
         {"key": KEYS["admin"], "principal": "admin", "role": "admin"},
     ]}))  # fmt: skip
     port = free_port()
-    argv = llamay_serve_argv(model, port, "-keys", str(keys))
+    argv = llamay_serve_argv(model, port, "-keys", str(keys), "-admission", name)
     progress(f"{name}: starting {' '.join(argv[1:])}")
     try:
-        server = start_server(name, argv, port, "/health", env={"LLAMAY_HOME": str(home / "home"), **env})
+        server = start_server(name, argv, port, "/health", env={"LLAMAY_HOME": str(home / "home")})
         try:
             yield server
         finally:
@@ -351,8 +351,8 @@ def verdict(fair: dict[str, Any], fcfs: dict[str, Any]) -> dict[str, Any]:
 
 async def run_all(model: Path, prompts: Prompts, seconds: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name, env in (("fair", {"LLAMAY_ADMISSION": "fair"}), ("fcfs", {"LLAMAY_ADMISSION": "fcfs"})):
-        with llamay(name, model, env) as server:
+    for name in ("fair", "fcfs"):
+        with llamay(name, model) as server:
             out[name] = await measure(server, prompts, seconds)
     return out
 

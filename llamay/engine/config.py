@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["EngineConfig", "EngineStats"]
 
 
-def _fair_default() -> bool:
-    return os.environ.get("LLAMAY_ADMISSION", "fair").strip().lower() != "fcfs"
-
-
 @dataclass(frozen=True)
 class EngineConfig:
-    """`concurrency` caps running sequences. With `fair` (the default; `LLAMAY_ADMISSION=fcfs`
-    turns it off) waiting sequences start by tenant, the least served first, and each tenant
+    """`concurrency` caps running sequences. With `fair` (the default; `-admission fcfs` turns
+    it off) waiting sequences start by tenant, the least served first, and each tenant
     may have up to `max_queue` waiting: past that its submit() raises QueueLimit (HTTP 429),
     whatever other tenants do. The single user (tenant "") and first-come-first-served
     admission have one queue of `max_queue`, past which submit() raises Overloaded (HTTP 503
@@ -24,7 +19,7 @@ class EngineConfig:
 
     concurrency: int = 8
     max_queue: int = 64
-    fair: bool = field(default_factory=_fair_default)
+    fair: bool = True
     # Used only when the engine builds its own KvManager (see KvManager.create).
     model_name: str = "model"
     model_sha256: str = ""
