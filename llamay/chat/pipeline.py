@@ -29,7 +29,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from ..auth import CURRENT_NAMESPACE
+from ..auth import CURRENT_NAMESPACE, CURRENT_PRINCIPAL
 from ..engine.client import EventStream, merge, submit_all
 from ..engine.request import ConstraintPlan, GenerateRequest, SessionSpec
 from ..errors import EngineError, InternalError, InvalidRequest, LlamayError
@@ -408,6 +408,8 @@ def requests_for(
                 prompt_logprobs=spec.prompt_logprobs,
                 score_from=spec.score_from,
                 namespace=spec.namespace or "",
+                tenant=CURRENT_PRINCIPAL.get().tenant,
+                weight=CURRENT_PRINCIPAL.get().weight,
             )
         )
     return out
