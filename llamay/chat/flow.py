@@ -49,9 +49,10 @@ FINISH_TOOL_MODES = ("off", "auto")
 @dataclass(frozen=True)
 class ChatOptions:
     """What a chat request asks for, whatever API it came through. `finish_tool`: False,
-    True, or the name of one of `tools` that ends the turn; None (unsaid) is off unless the
-    route put the server's default in (`with_finish_default`). `parallel_tool_calls`: None
-    (the request did not say) means what the model's template supports."""
+    True, or the name of one of `tools` that ends the turn; None (unsaid) takes the
+    server's default, which `prepare` puts in (`with_finish_default`).
+    `parallel_tool_calls`: None (the request did not say) means what the model's template
+    supports."""
 
     messages: list[dict[str, Any]]
     tools: list[ToolSpec] = field(default_factory=list)
