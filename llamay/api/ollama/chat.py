@@ -74,8 +74,8 @@ async def chat(request: Request) -> Response:
         grammar=c.grammar,
         thinking=c.think is not False,
         thinking_budget=effort_budget(c.think_level),
-        template_kwargs=_think_kwargs(c),
         finish_tool=False,  # not an Ollama concept: with tools the model may answer in text
+        effort=_asked(c),
     )
     turn = Turn(c.model or lm.name, lm, c, t0, load_ns, chat=True)
     # Rendering and tokenizing a large conversation is CPU work: off the event loop.
@@ -105,8 +105,9 @@ async def _model(request: Request, c: Common) -> tuple[LoadedModel, int, Common,
     return lm, load_ns, c.with_model_defaults(params), system
 
 
-def _think_kwargs(c: Common) -> dict[str, Any]:
-    return {"reasoning_effort": c.think_level} if c.think_level else {}
+def _asked(c: Common) -> str | None:
+    """The thinking `think` asked for by name (ChatOptions.effort)."""
+    return c.think_level or ("on" if c.think is True else None)
 
 
 def _generate_prompt(lm: LoadedModel, req: OllamaGenerate) -> Prompt:
@@ -130,7 +131,7 @@ def _generate_prompt(lm: LoadedModel, req: OllamaGenerate) -> Prompt:
         messages=messages,
         grammar=req.common.grammar,
         thinking=req.common.think is not False,
-        template_kwargs=_think_kwargs(req.common),
+        effort=_asked(req.common),
     )
     prompt = chat_prompt(lm, opts)
     tokens = prompt.tokens

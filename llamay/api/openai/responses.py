@@ -114,6 +114,7 @@ async def create_response(request: Request) -> Response:
         parallel_tool_calls=req.parallel_tool_calls,
         grammar=req.grammar,
         thinking=req.thinking,
+        effort=req.effort if req.effort != "none" else None,
     )
     spec = RunSpec(sampling=sampling, max_tokens=req.max_output_tokens, default_max=runtime.config.max_tokens)
     model_name = req.model or lm.name
