@@ -256,7 +256,8 @@ def _constraint(
         parallel = parallel and opts.tool_choice.mode != "function"
         tp = traits.tool_format.plan(tools, opts.tool_choice, parallel, lm.model.special_id)
         if markers is not None and (opts.thinking or started):
-            tp = think_first(tp, markers, started=started, special=lm.model.special_id)
+            opened = lm.model.tokenize(markers.open_tag, add_special=False, parse_special=True)
+            tp = think_first(tp, markers, started=started, special=lm.model.special_id, open_tokens=opened)
         if tp.immediate:
             return ConstraintPlan(tp.grammar, label="tools")
         return ConstraintPlan(tp.grammar, tp.trigger_tokens, tp.trigger_text, label="tools")
