@@ -204,6 +204,7 @@ def parse_messages_request(body: Any, *, counting: bool = False) -> MessagesRequ
         thinking=thinking.on,
         thinking_budget=thinking.budget,
         finish_tool=False,
+        effort="on" if thinking.on else None,
     )
     marked = None
     if spot is not None:

@@ -7,7 +7,6 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -55,10 +54,6 @@ def _model(c: Common) -> ModelRef:
     return ModelRef(c.model, keep_alive=c.keep_alive, loose_tag=True)
 
 
-def _think_kwargs(c: Common) -> dict[str, Any]:
-    return {"reasoning_effort": c.think_level} if c.think_level else {}
-
-
 async def chat(request: Request) -> Response:
     t0 = time.perf_counter()
     # Parsing compiles schemas and tool specs: CPU work, off the event loop.
@@ -75,8 +70,8 @@ async def chat(request: Request) -> Response:
         grammar=c.grammar,
         thinking=c.think is not False,
         thinking_budget=effort_budget(c.think_level),
-        template_kwargs=_think_kwargs(c),
         finish_tool=False,  # not an Ollama concept: with tools the model may answer in text
+        effort=_asked(c),
     )
     # A model's own system prompt starts a conversation that has none.
     job = Job(_model(c), (ChatInput(opts, model_system=True),), c.knobs)
@@ -91,6 +86,11 @@ async def generate(request: Request) -> Response:
         return await _load_or_unload(request, c, chat=False)
     job = Job(_model(c), (_generate_input(req),), c.knobs)
     return await _answer(request, job, c, t0, chat=False, context=not req.raw and req.suffix is None)
+
+
+def _asked(c: Common) -> str | None:
+    """The thinking `think` asked for by name (ChatOptions.effort)."""
+    return c.think_level or ("on" if c.think is True else None)
 
 
 def _generate_input(req: OllamaGenerate) -> Input:
@@ -115,7 +115,7 @@ def _generate_input(req: OllamaGenerate) -> Input:
         messages=messages,
         grammar=grammar,
         thinking=req.common.think is not False,
-        template_kwargs=_think_kwargs(req.common),
+        effort=_asked(req.common),
     )
     return ChatInput(opts, model_system=fresh, prefix=prefix)
 

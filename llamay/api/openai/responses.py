@@ -94,6 +94,7 @@ def _job(req: ResponsesRequest, model: str, messages: list[dict[str, Any]]) -> J
         parallel_tool_calls=req.parallel_tool_calls,
         grammar=req.grammar,
         thinking=req.thinking,
+        effort=req.effort if req.effort != "none" else None,
     )
     knobs = Knobs(sampling=req.sampling, given=req.sampling_given, max_tokens=req.max_output_tokens)
     return Job(ModelRef(model), (ChatInput(opts),), knobs)

@@ -301,7 +301,16 @@ def chat_options(f: Fields, messages: list[dict[str, Any]], grammar: Grammar | N
         thinking_budget=_budget(f.integer("reasoning_budget_tokens", None, lo=0), effort),
         template_kwargs=kwargs,
         finish_tool=finish,
+        effort=_asked(f, effort, kwargs),
     )
+
+
+def _asked(f: Fields, effort: str | None, kwargs: dict[str, Any]) -> str | None:
+    """The thinking the body asked for by name (ChatOptions.effort)."""
+    if effort is not None:
+        return None if effort == "none" else effort
+    asked = kwargs.get("enable_thinking") is True or f.raw("think") is True
+    return "on" if asked or (f.integer("reasoning_budget_tokens", None, lo=0) or 0) > 0 else None
 
 
 def _budget(tokens: int | None, effort: str | None) -> int | None:
