@@ -54,6 +54,8 @@ class ResponseStore:
         self.cap = cap
         self.per_owner = per_owner
         self._records: OrderedDict[str, StoredResponse] = OrderedDict()
+        # (owner, item id) -> (the record holding it, the item), for `item_reference`
+        self._items: dict[tuple[str | None, str], tuple[str, dict[str, Any]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
@@ -67,8 +69,17 @@ class ResponseStore:
             raise NotFound(f"response '{rid}' not found", param=param)
         return rec
 
+    def item(self, owner: str | None, iid: str) -> dict[str, Any] | None:
+        """The input or output item `iid` of one of `owner`'s stored responses (the most
+        recently stored one that holds it), or None."""
+        found = self._items.get((owner, iid))
+        return found[1] if found is not None else None
+
     async def put(self, rec: StoredResponse) -> None:
         self._records[rec.id] = rec
+        for it in [*rec.items, *rec.body.get("output", [])]:
+            if isinstance(it.get("id"), str):
+                self._items[(rec.owner, it["id"])] = (rec.id, it)
         mine = [r for r in self._records.values() if r.owner == rec.owner]
         while len(mine) > self.per_owner:
             await self._evict(mine.pop(0))
@@ -80,6 +91,11 @@ class ResponseStore:
 
     async def _evict(self, rec: StoredResponse) -> None:
         self._records.pop(rec.id, None)
+        for it in [*rec.items, *rec.body.get("output", [])]:
+            key = (rec.owner, str(it.get("id")))
+            held = self._items.get(key)
+            if held is not None and held[0] == rec.id:
+                del self._items[key]
         if rec.context_id is not None:
             await self.drop_context(rec.context_id)
 
