@@ -9,10 +9,11 @@ import json
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anthropic
 import httpx
+import httpx2
 import jsonschema
 import pytest
 
@@ -328,7 +329,7 @@ def test_tool_runner_falls_back_from_a_thread_to_the_whole_conversation(server: 
     says so with Anthropic's own code, on which the runner resends every turn whole."""
     seen: list[tuple[dict[str, Any], str | None, int]] = []
 
-    def record(response: httpx.Response) -> None:
+    def record(response: httpx2.Response) -> None:
         response.read()
         body = json.loads(response.request.content)
         seen.append((body, response.request.headers.get("anthropic-beta"), response.status_code))
@@ -336,12 +337,12 @@ def test_tool_runner_falls_back_from_a_thread_to_the_whole_conversation(server: 
     ran: list[str] = []
 
     @anthropic.beta_tool
-    def get_weather(city: str, unit: str) -> str:
-        """Current weather for a city."""
-        ran.append(city)
+    def get_weather(unit: Literal["c", "f"]) -> str:
+        """Current weather here."""
+        ran.append(unit)
         return "21 and sunny"
 
-    http = httpx.Client(event_hooks={"response": [record]})
+    http = httpx2.Client(event_hooks={"response": [record]})  # the SDK's own HTTP package
     c = anthropic.Anthropic(base_url=server.base, api_key=KEY, max_retries=0, timeout=120, http_client=http)
     runner = c.beta.messages.tool_runner(
         model="", max_tokens=200, messages=ASK, tools=[get_weather], tool_choice=ONE_CALL, max_iterations=2

@@ -416,12 +416,14 @@ def test_include_logprobs_whole_and_streamed(client: openai.OpenAI) -> None:
     assert len(part.logprobs) == r.usage.output_tokens == 6
     assert all(len(lp.top_logprobs) == 2 and lp.logprob <= 0 for lp in part.logprobs)
     assert "".join(lp.token for lp in part.logprobs) == part.text
-    streamed = []
+    streamed: list[Any] = []
+    final: Any = None
     with client.responses.stream(**kw) as stream:
         for ev in stream:
             if ev.type == "response.output_text.delta":
                 streamed += ev.logprobs
-        final = stream.get_final_response()
+            elif ev.type in ("response.completed", "response.incomplete"):
+                final = ev.response
     [again] = [p for item in final.output if item.type == "message" for p in item.content]
     assert [lp.token for lp in streamed] == [lp.token for lp in again.logprobs or []] == [lp.token for lp in part.logprobs]
     plain = client.responses.create(model="", input="Say something.", max_output_tokens=6, temperature=0,

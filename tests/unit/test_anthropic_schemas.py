@@ -12,9 +12,9 @@ import pytest
 from llamay.api.anthropic.cache import last_breakpoint
 from llamay.api.anthropic.content import MARK, chat_messages
 from llamay.api.anthropic.schemas import parse_messages_request
+from llamay.api.errors import error_body
 from llamay.chat.tools import ToolChoice
 from llamay.engine.scheduler import common_prefix
-from llamay.api.errors import error_body
 from llamay.errors import GrammarError, InvalidRequest, ThreadUnsupported, Unsupported
 
 WEATHER = {
