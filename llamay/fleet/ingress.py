@@ -12,7 +12,8 @@ buffer anything), and alone for /v1/fleet, which no replica serves.
 It applies `serve`'s limits (`spec.server.limits`): connections, the header deadline, the
 body size (413; a restore's body may be RESTORE_BODIES times larger, its replica checking
 it against the model) and the whole-body deadline (408), each error in the shape of the
-API called. Bodies over `INLINE_JSON` are parsed for their hint in a worker thread."""
+API called. Bodies over `INLINE_JSON` are parsed for their hint in a worker thread
+(`HintReader`)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,23 @@ def stream_error(content_type: str, message: str) -> bytes:
     return b""
 
 
+class HintReader:
+    """Routing hints of request bodies, and their rewrites for moved contexts: a body over
+    INLINE_JSON is parsed in a worker thread, as `llamay serve` parses its bodies. (The
+    parse still holds the interpreter lock while `json.loads` runs, about a second for a
+    30 MB body here, so the event loop pauses that long: `max_body` bounds it.)"""
+
+    async def hint(self, method: str, path: str, query: dict[str, str], body: bytes) -> RouteHint:
+        if len(body) <= INLINE_JSON:
+            return read_hint(method, path, query, body)
+        return await asyncio.to_thread(read_hint, method, path, query, body)
+
+    async def rewrite(self, path: str, body: bytes, hint: RouteHint, local: str) -> tuple[str, bytes]:
+        if len(body) <= INLINE_JSON:
+            return rewrite_context(path, body, hint, local)
+        return await asyncio.to_thread(rewrite_context, path, body, hint, local)
+
+
 class LlamayIngress:
     def __init__(self, replicas: Any, spec: FleetSpec) -> None:
         self.replicas = replicas
@@ -101,6 +119,7 @@ class LlamayIngress:
         self.know = knowledge(spec.app_name)
         self.keys = spec.server.key_ring()
         self.limits = spec.server.limits
+        self.hints = HintReader()
         self.control: dict[str, Any] = {}
         self.recovery = Recovery(spec, self.know, replicas) if spec.state_dir else None
         self._bg: asyncio.Task[None] | None = None
@@ -173,11 +192,7 @@ class LlamayIngress:
             return refusal(path, exc)
         except ClientDisconnect:
             return Response(status_code=400)
-        query = dict(request.query_params)
-        if len(body) > INLINE_JSON:  # parsing megabytes of JSON is CPU work: not on the loop
-            hint = await asyncio.to_thread(read_hint, request.method, path, query, body)
-        else:
-            hint = read_hint(request.method, path, query, body)
+        hint = await self.hints.hint(request.method, path, dict(request.query_params), body)
         if request.method == "GET" and path == "/v1/contexts":
             return await self.list_contexts(request)
         renamed: str | None = None
@@ -194,7 +209,7 @@ class LlamayIngress:
             if found is not None:
                 local = found[1]
                 if local != hint.context:
-                    path, body = await asyncio.to_thread(rewrite_context, path, body, hint, local)
+                    path, body = await self.hints.rewrite(path, body, hint, local)
                     renamed = hint.context
         fwd = Forwarded(
             request.method,

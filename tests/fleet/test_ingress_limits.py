@@ -26,8 +26,8 @@ import pytest
 from llamay.config import ServerConfig, ServerLimits
 from llamay.fleet import ingress as ingress_module
 from llamay.fleet.asgi import Forwarded, Head, call_asgi
-from llamay.fleet.hints import RouteHint
-from llamay.fleet.ingress import LlamayIngress
+from llamay.fleet.hints import RouteHint, read_hint
+from llamay.fleet.ingress import HintReader, LlamayIngress
 from llamay.fleet.spec import FleetSpec
 from llamay.testing.server import free_port
 
@@ -209,6 +209,7 @@ def test_a_trickled_body_is_cut_off_whole(ingress: Running) -> None:
 
 
 def test_large_bodies_are_parsed_off_the_event_loop(ingress: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small body's hint is read in place, a large one's in a worker thread."""
     threads: list[int] = []
     real = ingress_module.read_hint
 
@@ -225,6 +226,25 @@ def test_large_bodies_are_parsed_off_the_event_loop(ingress: Running, monkeypatc
     assert small == ingress.thread.ident  # a small body is parsed in place
     assert large != ingress.thread.ident  # a large one in a worker thread
     victim(ingress)
+
+
+def test_a_large_body_gives_the_same_hint_and_its_session_is_rewritten() -> None:
+    body = json.dumps({"model": "m2", "llamay_session": "ctx_a", "pad": "y" * 200_000,
+                       "messages": [{"role": "user", "content": "hello " * 40_000}]}).encode()  # fmt: skip
+    plain = {"model": "m3", "messages": [{"role": "user", "content": "z" * 100_000}]}
+    reader = HintReader()
+
+    async def go() -> tuple[RouteHint, RouteHint, tuple[str, bytes]]:
+        session = await reader.hint("POST", "/v1/chat/completions", {}, body)
+        prompt = await reader.hint("POST", "/v1/chat/completions", {}, json.dumps(plain).encode())
+        return session, prompt, await reader.rewrite("/v1/chat/completions", body, session, "ctx_b")
+
+    session, prompt, (path, rewritten) = asyncio.run(go())
+    assert session == read_hint("POST", "/v1/chat/completions", {}, body)
+    assert session.context == "ctx_a" and session.model == "m2"
+    assert prompt.prefix == read_hint("POST", "/v1/chat/completions", {}, json.dumps(plain).encode()).prefix
+    assert len(prompt.prefix) == 512  # 64 KiB of prompt hashed, the rest left out
+    assert path == "/v1/chat/completions" and json.loads(rewritten) == {**json.loads(body), "llamay_session": "ctx_b"}
 
 
 def test_the_ingress_keys_and_limits_come_from_the_server_config(tmp_path: Path) -> None:
