@@ -347,10 +347,11 @@ class Ledger:
     Sheng et al., OSDI 2024): how much each tenant has been served, so the next waiting
     sequence to start comes from the tenant served least (`next_tenant`).
 
-    A tenant pays `tokens / weight` (`charge`): for the prompt positions a sequence must
-    compute, or take from a running request, when it starts (what the prefix cache or its
-    context gives it is free), returned (`charge` with a negative count) for the ones it
-    never got to; and for each token it generates. A weight-2 tenant pays half as much,
+    A tenant pays `tokens / weight` (`charge`) for every position computed for it, as it is
+    computed: the prompt positions read (what the prefix cache, its context or a running
+    request's prompt gives it is free) and each generated token fed back. So its counter
+    follows what it was served, step by step, however its sequences start, make way or end,
+    and the engine's per-tenant token counts are the same figures. A weight-2 tenant pays half as much,
     so it is served twice as much. A tenant is active while it has sequences waiting or
     running; `refresh` is told which, with their weights, before every admission pass.
 
@@ -397,12 +398,26 @@ class Ledger:
         return self.weights.get(tenant, 1.0)
 
 
-def next_tenant(heads: Mapping[str, int], ledger: Ledger, running: Mapping[str, int]) -> str:
+def next_tenant(
+    heads: Mapping[str, int], ledger: Ledger, running: Mapping[str, int], slack: float = 0.0
+) -> str:
     """Whose waiting sequence starts next, among `heads` (tenant -> the arrival number of
-    its first waiting sequence; not empty): the least served tenant by `ledger`; among
-    equals the one with fewer sequences `running`, then the one whose head came first.
-    A tenant's own sequences start in arrival order."""
-    return min(heads, key=lambda t: (ledger.counter(t), running.get(t, 0), heads[t]))
+    its first waiting sequence; not empty): the least served tenant by `ledger`, counting
+    counters within `slack` of the least as equal (a step charges up to its budget at once);
+    among equals, one that holds fewer than its weighted share of the seats, i.e. that
+    `make_way` would not take the seat back from for another of them; then the least served,
+    the one with fewer sequences `running`, the one whose head came first. A tenant's own
+    sequences start in arrival order."""
+    least = min(ledger.counter(t) for t in heads)
+    near = [t for t in heads if ledger.counter(t) <= least + slack]
+
+    def share(t: str) -> float:
+        return running.get(t, 0) / ledger.weight(t)
+
+    def fits(t: str) -> bool:
+        return all(share(t) < (running.get(u, 0) + 1) / ledger.weight(u) for u in near if u != t)
+
+    return min(near, key=lambda t: (not fits(t), ledger.counter(t), running.get(t, 0), heads[t]))
 
 
 @dataclass(frozen=True)
@@ -416,26 +431,26 @@ class Seat:
     n_past: int
 
 
-def make_way(seats: Sequence[Seat], newcomer: str, ledger: Ledger) -> int | None:
+def make_way(seats: Sequence[Seat], newcomer: str, ledger: Ledger, slack: float = 0.0) -> int | None:
     """The running sequence (index into `seats`) that goes back to the queue so that
-    `newcomer`, the tenant whose turn it is, can start one now; None if none should.
+    `newcomer`, the tenant whose turn it is, can start one more now; None if none should.
 
-    Only a tenant with nothing running is given a seat this way (its first token should not
-    wait for someone else's sequences to end); beyond that, seats change hands as they free,
-    in the ledger's order, so the running set is not churned. A sequence gives way only if it
-    is movable, its tenant has been served at least as much as `newcomer` (by `ledger`) and
-    still holds at least as large a weighted share of the running sequences after giving one
-    up: (k - 1) / w >= 1 / w_new for its k sequences. The move is never undone at once, since
-    that tenant still runs one. Among candidates: the tenant with the largest weighted share,
-    then the most served, then the sequence with the fewest positions computed (the least to
-    carry), the latest of equals."""
+    A tenant with work waiting gets seats up to its weighted share of the running set at
+    once, not only as seats free (its first tokens should not wait for someone else's
+    sequences to end); beyond that, seats change hands as they free, in the ledger's order.
+    A sequence gives way only if it is movable, its tenant has been served at least as much
+    as `newcomer` (by `ledger`, to within `slack`: see `next_tenant`) and still holds at least as large a weighted share of the
+    running sequences after giving one up as `newcomer` holds after taking it:
+    (k - 1) / w >= (n + 1) / w_new for its k sequences and newcomer's n. So seats move
+    towards the weights and the move is never undone at once (the reverse would need
+    n / w_new >= k / w). Among candidates: the tenant with the largest weighted share,
+    then the most served, then the sequence with the fewest positions computed (the least
+    to carry), the latest of equals."""
     count: dict[str, int] = {}
     for seat in seats:
         count[seat.tenant] = count.get(seat.tenant, 0) + 1
-    if count.get(newcomer):
-        return None
-    need = 1 / ledger.weight(newcomer)
-    floor = ledger.counter(newcomer)
+    need = (count.get(newcomer, 0) + 1) / ledger.weight(newcomer)
+    floor = ledger.counter(newcomer) - slack
     best: tuple[float, float, int, int] | None = None
     pick = None
     for i, seat in enumerate(seats):
