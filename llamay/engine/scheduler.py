@@ -62,7 +62,7 @@ class Slice:
     logits: bool
 
 
-# While a tenant waiting on one request at a time (a chat) shares the engine with others,
+# While a tenant waiting on a few short requests at a time (a chat) shares the engine with others,
 # steps are kept short, since its next first token waits for the step in progress (on
 # SmolLM2 on two idle cores a step of 512 prompt tokens takes ~1.6 s, one of 32 ~0.1 s).
 # How short: at least SHARED_CHUNK prompt tokens, and enough that a step's fixed cost stays
@@ -114,7 +114,8 @@ def _average(old: float | None, new: float, alpha: float) -> float:
 class Sharing:
     """How one step is shared between tenants (see `schedule`). `tenants[i]` is the tenant
     of the i-th sequence; `weights` maps a tenant to its weight (default 1). `light`: the
-    tenants with a single sequence in flight (a chat), whose prompts are read whole in a step
+    tenants with a few short sequences in flight (a chat client; `tenants.LIGHT_PROMPT`),
+    whose prompts are read whole in a step
     of their own when `light_alone` (the engine alternates, so nobody else's prompts wait
     more than every other step). `prompt_cap`: prompt tokens a step reads at most (None: the
     whole budget)."""
