@@ -118,13 +118,15 @@ class Sharing:
     whose prompts are read whole in a step
     of their own when `light_alone` (the engine alternates, so nobody else's prompts wait
     more than every other step). `prompt_cap`: prompt tokens a step reads at most (None: the
-    whole budget)."""
+    whole budget). `served`: each tenant's `Ledger` counter (default 0): the prompt budget
+    goes first to the tenants served least, so one that fell behind catches up."""
 
     tenants: Sequence[str]
     weights: Mapping[str, float] = field(default_factory=dict)
     light: frozenset[str] = frozenset()
     light_alone: bool = True
     prompt_cap: int | None = None
+    served: Mapping[str, float] = field(default_factory=dict)
 
 
 def schedule(seqs: Sequence[Schedulable], budget: int, sharing: Sharing | None = None) -> list[Slice]:
@@ -134,8 +136,10 @@ def schedule(seqs: Sequence[Schedulable], budget: int, sharing: Sharing | None =
     the prompts of light tenants come first, whole, and with `light_alone` without any other
     prompt in the step (so a chat's first token waits for a step as short as its own prompt).
     Otherwise the prompt budget (at most `prompt_cap`) is shared between the tenants with
-    prompts to read, in proportion to their weights, max-min fair: a tenant that needs less
-    than its share leaves the rest to the others. Each tenant's share goes to its own prompts
+    prompts to read by water-filling their counters (`served`): the least served tenant's
+    share comes first, until its counter reaches the next one's, then both rise together in
+    proportion to their weights, and so on; with equal counters that is max-min fair by
+    weight. A tenant that needs less than its share leaves the rest to the others. Each tenant's share goes to its own prompts
     in arrival order, and what is left over (rounding, the two-token final chunk) to any
     prompt in arrival order. So one tenant's prompt is read in the next step however many
     long ones another tenant is reading. Slices are listed decode tokens first, then prompt
@@ -187,7 +191,7 @@ def _share(
     for i in prefill:
         if tenants[i] not in sharing.light:
             demand[tenants[i]] = demand.get(tenants[i], 0) + seqs[i].n_tokens - seqs[i].n_past
-    shares = _split(room, demand, sharing.weights)
+    shares = _fill(room, demand, sharing.weights, sharing.served)
     for i in prefill:
         t = tenants[i]
         if t in shares:
@@ -203,6 +207,37 @@ def _chunk(pending: int, room: int) -> int:
     if pending - count == 1:
         count -= 1  # leave two for the final chunk (see the module docstring)
     return max(count, 0)
+
+
+def _fill(
+    budget: int, demand: Mapping[str, int], weights: Mapping[str, float], served: Mapping[str, float]
+) -> dict[str, int]:
+    """`budget` tokens shared between tenants that want `demand` so that their counters
+    (`served`, plus tokens / weight) end as level as the budget allows: the lowest rise
+    first, then together with the next, by weight (`_split` among equals)."""
+    alloc = dict.fromkeys(demand, 0)
+    left = budget
+    while left > 0:
+        want = {t: demand[t] - alloc[t] for t in demand if demand[t] > alloc[t]}
+        if not want:
+            break
+        level = {t: served.get(t, 0.0) + alloc[t] / weights.get(t, 1.0) for t in want}
+        low = min(level.values())
+        # within a token of the lowest counts as level, so two close tenants rise together
+        lowest = {t: n for t, n in want.items() if level[t] <= low + 1 / weights.get(t, 1.0)}
+        above = [v for t, v in level.items() if t not in lowest]
+        give = left
+        if above:  # raise the lowest to the next level, no further this round
+            rise = (min(above) - low) * sum(weights.get(t, 1.0) for t in lowest)
+            give = min(left, max(len(lowest), math.ceil(rise)))
+        got = _split(give, lowest, weights)
+        spent = sum(got.values())
+        if spent == 0:
+            break  # rounding left nothing to give: the caller hands the rest out in arrival order
+        for t, n in got.items():
+            alloc[t] += n
+        left -= spent
+    return alloc
 
 
 def _split(budget: int, demand: Mapping[str, int], weights: Mapping[str, float]) -> dict[str, int]:

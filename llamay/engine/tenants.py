@@ -168,7 +168,8 @@ class Tenants:
             return None
         cap = short if self._interactive else None
         tenants = [self.of(s.request) for s in ready]
-        return Sharing(tenants, self.ledger.weights, self._light, light_alone, cap)
+        served = {t: self.ledger.counter(t) for t in set(tenants)}
+        return Sharing(tenants, self.ledger.weights, self._light, light_alone, cap, served)
 
     def computed(self, s: Running, n_tokens: int) -> None:
         """`n_tokens` positions were computed for `s` (prompt positions read, or a token fed

@@ -318,6 +318,28 @@ def test_long_prompts_share_the_budget_by_weight() -> None:
     assert schedule(seqs, 400, Sharing(["a"] * 3)) == schedule(seqs, 400)
 
 
+def test_a_tenant_that_fell_behind_catches_up_in_the_prompt_budget() -> None:
+    seqs = [S(0, 900), S(0, 900), S(0, 900)]
+    tenants = ["a", "a", "b"]
+    behind = schedule(seqs, 400, Sharing(tenants, served={"a": 1000.0, "b": 400.0}))
+    assert [(p.index, p.count) for p in behind] == [(2, 400)]  # b first, all of it
+    close = schedule(seqs, 400, Sharing(tenants, served={"a": 1000.0, "b": 900.0}))
+    assert [(p.index, p.count) for p in close] == [(0, 150), (2, 250)]  # b's 100 first, then even
+    weighted = schedule(seqs, 400, Sharing(tenants, {"a": 1.0, "b": 3.0}, served={"a": 50.0, "b": 0.0}))
+    # b rises 50 (150 tokens at weight 3), then the other 250 go 1:3 (62 and 187), and the
+    # token rounding leaves over goes to the first prompt in arrival order
+    assert [(p.index, p.count) for p in weighted] == [(0, 63), (2, 337)]
+    # a tenant that would fall behind keeps its share over many steps: the counters stay level
+    served = {"a": 0.0, "b": 0.0}
+    reads = [S(0, 10_000), S(0, 10_000), S(0, 300)]
+    for _ in range(40):
+        plan = schedule(reads, 64, Sharing(tenants, served=dict(served)))
+        for sl in plan:
+            reads[sl.index].n_past += sl.count
+            served[tenants[sl.index]] += sl.count
+        assert abs(served["a"] - served["b"]) <= 64 or reads[2].n_past == reads[2].n_tokens
+
+
 def test_a_light_tenants_prompt_is_read_whole_and_alone_then_others_follow() -> None:
     seqs = [S(0, 900), S(9, 10), S(0, 35), S(0, 900)]
     tenants = ["a", "a", "b", "a"]
