@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine.request import ConstraintPlan
 from ..errors import InvalidRequest
 from ..grammar import Grammar
+from .template import ChatTemplate
 from .tools import (
     FINISH_TOOL,
     ContentDelta,
@@ -78,6 +79,14 @@ def with_finish_default(opts: ChatOptions, mode: str) -> ChatOptions:
     return replace(opts, finish_tool=mode == "auto" and opts.tool_choice.mode == "required")
 
 
+def chat_template(lm: LoadedModel, tools: bool) -> tuple[ChatTemplate, Traits]:
+    """The template (and its traits) for a request with or without tools: the GGUF's
+    tool-use template when there are tools and it has one, as llama.cpp chooses."""
+    if tools and lm.tool_template is not None and lm.tool_traits is not None:
+        return lm.tool_template, lm.tool_traits
+    return lm.template, lm.traits
+
+
 def model_traits(lm: LoadedModel) -> Traits:
     """Per-model facts derived from its template and vocabulary (computed at load)."""
     return lm.traits
@@ -103,7 +112,7 @@ def prepare_chat(lm: LoadedModel, opts: ChatOptions) -> ChatSetup:
         # No calls may be made, so none are parsed either: a reply that looks like one (a
         # JSON answer, say) is content.
         tools = []
-    template, traits = lm.chat_template(bool(tools))
+    template, traits = chat_template(lm, bool(tools))
     fmt = traits.tool_format
     messages, extra = fmt.prepare(opts.messages, tools)
     kwargs = {**opts.template_kwargs, **extra}
@@ -253,7 +262,7 @@ def _constraint(
         # only when the template can show the model such a turn (else it invents calls).
         parallel = opts.parallel_tool_calls
         if parallel is None:
-            parallel = supports_parallel_calls(lm.chat_template(True)[0].source)
+            parallel = supports_parallel_calls(chat_template(lm, True)[0].source)
         parallel = parallel and opts.tool_choice.mode != "function"
         tp = traits.tool_format.plan(tools, opts.tool_choice, parallel, lm.model.special_id)
         if markers is not None and (opts.thinking or started):

@@ -53,13 +53,6 @@ class LoadedModel:
         if self.tool_template is not None:
             self.tool_traits = detect_traits(self.tool_template.source, self.model.special_id)
 
-    def chat_template(self, tools: bool) -> tuple[ChatTemplate, Traits]:
-        """The template (and its traits) for a request with or without tools: the GGUF's
-        tool-use template when there are tools and it has one, as llama.cpp chooses."""
-        if tools and self.tool_template is not None and self.tool_traits is not None:
-            return self.tool_template, self.tool_traits
-        return self.template, self.traits
-
     def touch(self) -> None:
         self.last_used = time.time()
 
