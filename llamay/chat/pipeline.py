@@ -47,6 +47,7 @@ __all__ = [
     "start_batch",
     "align_prompt",
     "compile_plan",
+    "check_room",
     "engine_failure",
     "sampling_defaults",
 ]
@@ -308,6 +309,26 @@ async def compile_plan(lm: LoadedModel, plan: ConstraintPlan | None) -> None:
         await asyncio.to_thread(lambda: model.compile_cache.get(grammar))
 
 
+# The longest shortest-answer search run before a request (tokens).
+MIN_SEARCH = 8192
+
+
+async def check_room(lm: LoadedModel, plan: ConstraintPlan | None, max_tokens: int | None) -> None:
+    """A 400 naming the minimum when `max_tokens` cannot hold the shortest answer a plan's
+    grammar allows (active from the first token; a lazy or thinking plan is not judged).
+    Off the event loop (it may compile the grammar)."""
+    if plan is None or plan.grammar is None or plan.lazy or plan.starts_thinking or max_tokens is None:
+        return
+    grammar, cache = plan.grammar, lm.model.compile_cache
+    shortest = await asyncio.to_thread(cache.min_tokens, grammar, MIN_SEARCH)
+    if shortest is not None and shortest > max_tokens:
+        raise InvalidRequest(
+            f"max_tokens {max_tokens} is too small for any valid answer: the shortest takes "
+            f"{shortest} tokens (set max_tokens to at least {shortest})",
+            param="max_tokens",
+        )
+
+
 async def start(
     lm: LoadedModel,
     prompt: Prompt,
@@ -337,6 +358,10 @@ async def start_batch(
     none; more than the engine's queue holds is a 400, since no retry could cure it."""
     for prompt in prompts:
         await compile_plan(lm, prompt.plan)
+        limit = output_limit(
+            prompt.plan, spec.max_tokens, spec.default_max, lm.engine.n_ctx - len(prompt.tokens)
+        )
+        await check_room(lm, prompt.plan, limit)
     session = None
     if held is not None:
         session = SessionSpec(context_id=held.context_id)

@@ -20,7 +20,14 @@ from .packed_mask import PackedMask
 from .sampler import Sample
 from .sequence import Sequence
 
-__all__ = ["Finish", "Outcome", "StepModel", "sample_step"]
+__all__ = ["Finish", "Outcome", "StepModel", "sample_step", "CLOSED_EARLY"]
+
+CLOSED_EARLY = "max_tokens was nearly spent: the answer was closed early with the shortest valid ending"
+# Near the end of max_tokens (within twice the shortest completion, plus this), every
+# sampled token is checked to leave room for one; before that the room is re-measured
+# every ROOM_EVERY tokens.
+ROOM_SLACK = 16
+ROOM_EVERY = 16
 
 
 class StepModel(Protocol):
@@ -93,6 +100,8 @@ def _sample(s: Sequence, logits: np.ndarray, model: StepModel) -> Sample | Finis
     forced = s.budget_token()
     if forced is not None:
         return Sample(forced)
+    if s.closing:
+        return Sample(s.closing.pop(0))
     if s.constraint is None:
         return s.sampler.sample(logits)
     assert s.mask is not None
@@ -108,14 +117,50 @@ def _sample(s: Sequence, logits: np.ndarray, model: StepModel) -> Sample | Finis
         sample = s.sampler.sample(logits, s.mask)
     except ValueError as exc:  # the mask allows nothing the model can produce
         return Finish("error", f"no token can continue the required format: {exc}")
+    fitted = _fit(s, sample, model.eog_ids)
     s.mask_seconds += time.perf_counter() - t0
     s.mask_steps += 1
-    return sample
+    return fitted
+
+
+def _fit(s: Sequence, sample: Sample, eog: frozenset[int]) -> Sample | Finish:
+    """`sample`, unless taking it would leave too few tokens under max_tokens to finish a
+    valid answer: then the first token of the shortest completion (the rest are forced in
+    the next steps), or the end when the answer is complete already."""
+    c = s.constraint
+    limit = s.request.stop.max_tokens
+    if c is None or limit is None or sample.token in eog:
+        return sample
+    left = limit - s.n_generated  # this token included
+    if not _near_end(s, left):
+        return sample
+    after = c.completion(left - 1, first=sample.token)
+    if after is not None:
+        s.room, s.room_at = 1 + len(after), s.n_generated
+        return sample
+    now = c.completion(left)
+    if now is None:  # no valid ending fits any more: the answer may end incomplete
+        return sample
+    s.closed_early = True
+    if not now:
+        return Finish("stop", CLOSED_EARLY)
+    s.closing = now[1:]
+    return Sample(now[0])
+
+
+def _near_end(s: Sequence, left: int) -> bool:
+    assert s.constraint is not None
+    if s.room_at < 0 or s.n_generated - s.room_at >= ROOM_EVERY:
+        found = s.constraint.completion(left)
+        s.room, s.room_at = (left if found is None else len(found)), s.n_generated
+    return left <= 2 * s.room + ROOM_SLACK
 
 
 def _check_end(s: Sequence, n_ctx: int, *, stopped: bool) -> Finish | None:
     spec = s.request.stop
     inside = s.constraint is not None and not s.constraint.is_accepting()
+    if s.closed_early and not s.closing and not inside:
+        return Finish("stop", CLOSED_EARLY)
     if stopped:
         return Finish("stop")
     if spec.max_tokens is not None and s.n_generated >= spec.max_tokens:

@@ -20,6 +20,7 @@ import llguidance
 import numpy as np
 
 from ..errors import GrammarError
+from .closing import ClosingTokens, JsonScan, closing_tokens, shortest_completion
 from .runtime import byte_tokenizer, matcher_error, parser_limits
 
 if TYPE_CHECKING:
@@ -64,6 +65,20 @@ class CompileCache:
         self._entries: OrderedDict[str, Compiled] = OrderedDict()
         self._lock = threading.Lock()
         self._inflight: dict[str, threading.Lock] = {}
+        self._closing: ClosingTokens | None = None
+
+    @property
+    def closing(self) -> ClosingTokens:
+        """The tokenizer's tokens for the shortest completions (see `closing.py`)."""
+        if self._closing is None:
+            self._closing = closing_tokens(self.tokenizer)
+        return self._closing
+
+    def min_tokens(self, grammar: Grammar, limit: int) -> int | None:
+        """Tokens of the shortest answer `grammar` allows that the search finds (None: more
+        than `limit`, or none found). Compiles `grammar` on a miss."""
+        found = shortest_completion(self.get(grammar).template, self.closing, limit)
+        return None if found is None else len(found)
 
     def __len__(self) -> int:
         with self._lock:
@@ -138,6 +153,8 @@ class Constraint:
         self._n_words = (self.vocab_size + 31) // 32
         self._matcher = cache.get(grammar).matcher()
         self._error: str | None = None
+        self._closing = cache.closing
+        self._scan = JsonScan()  # where the text consumed so far stands, for `completion`
 
     @property
     def error(self) -> str | None:
@@ -162,6 +179,7 @@ class Constraint:
             self._error = f"token {token} is outside the vocabulary of {self.vocab_size}"
             return False
         if self._matcher.consume_token(token):
+            self._scan.feed(self._closing.piece(token))
             return True
         self._error = matcher_error(self._matcher) or f"token {token} rejected by the grammar"
         return False
@@ -180,6 +198,13 @@ class Constraint:
         if self.is_stopped():
             return []
         return list(self._matcher.compute_ff_tokens())
+
+    def completion(self, limit: int, first: int | None = None) -> list[int] | None:
+        """A shortest completion from here (after `first`, when given) of at most `limit`
+        tokens, or None (see `closing.shortest_completion`). Advances nothing."""
+        if self._error is not None:
+            return None
+        return shortest_completion(self._matcher, self._closing, limit, first=first, scan=self._scan)
 
     def rollback(self, n_tokens: int) -> bool:
         """Undo the last `n_tokens` consumed tokens (for speculative decoding)."""
