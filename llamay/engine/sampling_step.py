@@ -136,7 +136,7 @@ def _fit(s: Sequence, sample: Sample, eog: frozenset[int]) -> Sample | Finish:
         return sample
     after = c.completion(left - 1, first=sample.token)
     if after is not None:
-        s.room, s.room_at = 1 + len(after), s.n_generated
+        s.room, s.room_at = len(after), s.n_generated + 1  # measured after this token
         return sample
     now = c.completion(left)
     if now is None:  # no valid ending fits any more: the answer may end incomplete
@@ -152,8 +152,10 @@ def _near_end(s: Sequence, left: int) -> bool:
     assert s.constraint is not None
     if s.room_at < 0 or s.n_generated - s.room_at >= ROOM_EVERY:
         found = s.constraint.completion(left)
-        s.room, s.room_at = (left if found is None else len(found)), s.n_generated
-    return left <= 2 * s.room + ROOM_SLACK
+        # None: no ending fits in what is left, so there is nothing to steer to (looked
+        # for again ROOM_EVERY tokens on, in case the model closed something itself).
+        s.room, s.room_at = (-1 if found is None else len(found)), s.n_generated
+    return s.room >= 0 and left <= 2 * s.room + ROOM_SLACK
 
 
 def _check_end(s: Sequence, n_ctx: int, *, stopped: bool) -> Finish | None:

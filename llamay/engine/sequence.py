@@ -63,7 +63,7 @@ class Sequence:
             self.ngram = NgramPenalty(rep, structural, req.tokens)
         # Steering to a shortest completion when max_tokens runs low (sampling_step._fit):
         # the tokens of it still to force, whether it began, and its length as last measured
-        # (at n_generated `room_at`; -1: not yet).
+        # (at n_generated `room_at`, -1: not yet; a `room` of -1: none fitted).
         self.closing: list[int] = []
         self.closed_early = False
         self.room = 0

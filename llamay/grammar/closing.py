@@ -23,13 +23,15 @@ __all__ = ["ClosingTokens", "JsonScan", "closing_tokens", "shortest_completion",
 
 # Texts tried in this order at every step, by where the text stands: inside a string,
 # close it (closing the container too when one token does both); outside, close containers
-# first (longest first, so one token closes several levels), then the shortest values of
-# each JSON type, then separators and openers that lead to a required key or item.
+# first (longest first, so one token closes several levels), then the separators that
+# lead to a required key or item (never allowed where a value is due, so they cannot cut
+# one short), then the shortest values of each JSON type, then openers.
 IN_STRING: tuple[str, ...] = ('"}}', '"}]', '"]}', '"}', '"]', '"')
 OUTSIDE: tuple[str, ...] = (
     "}}", "}]", "]}", "]]", "}", "]", ")",
+    ', "', ',"', ",", ": ", ":",
     '""', "[]", "{}", "0", "null", "false", "true",
-    ', "', ',"', ",", ": ", ":", '"', "[", "{", "-", "1", "a", " ",
+    '"', "[", "{",
 )  # fmt: skip
 PREFERRED = IN_STRING + OUTSIDE
 
@@ -103,7 +105,25 @@ def shortest_completion(
     """Tokens that take `matcher`'s state (after `first`, when given) to an accepting one,
     at most `limit` of them (not counting `first`); [] if it accepts already; None if none
     was found within `limit` or the state is in error. `scan` is where the text so far
-    stands (None: at the start). Neither `matcher` nor `scan` is advanced."""
+    stands (None: at the start). Neither `matcher` nor `scan` is advanced.
+
+    Two greedy passes: by JSON preference, then (when that finds nothing, as for a grammar
+    that is not JSON) by the lowest token the mask allows; the shorter ending wins."""
+    found = _greedy(matcher, closing, limit, first, scan, prefer=True)
+    if found is None:
+        found = _greedy(matcher, closing, limit, first, scan, prefer=False)
+    return found
+
+
+def _greedy(
+    matcher: llguidance.LLMatcher,
+    closing: ClosingTokens,
+    limit: int,
+    first: int | None,
+    scan: JsonScan | None,
+    *,
+    prefer: bool,
+) -> list[int] | None:
     m = matcher.deep_copy()
     scan = scan.copy() if scan is not None else JsonScan()
     if first is not None:
@@ -124,7 +144,7 @@ def shortest_completion(
             for t in forced[:taken]:
                 scan.feed(closing.piece(t))
             continue
-        token = _preferred(m, closing.in_string if scan.in_string else closing.outside)
+        token = _preferred(m, closing.in_string if scan.in_string else closing.outside) if prefer else None
         if token is None:
             if mask is None:
                 mask = np.zeros((closing.vocab_size + 31) // 32, dtype=np.int32)
