@@ -153,11 +153,14 @@ DEFAULTABLE = frozenset(
 @dataclass(frozen=True)
 class StopSpec:
     """When generation ends: `max_tokens` (None: until the context is full), stop strings
-    (never included in output), and whether end-of-generation tokens are ignored."""
+    (never included in output), and whether end-of-generation tokens are ignored.
+    `asked`: the max_tokens the request wanted when the context's room cut it to
+    `max_tokens` (said in the finish message); None when it was not cut."""
 
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    asked: int | None = None
 
 
 @dataclass(frozen=True)

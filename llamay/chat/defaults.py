@@ -1,6 +1,6 @@
-"""Sampling defaults, the same on every route: a model's GGUF `general.sampling.*`, then
-the server's flags, then what `create` set for the model; each request's own values go on
-top (`SamplingParams.with_defaults`)."""
+"""Sampling defaults, the same on every route: the catalog's for a catalog model, then its
+GGUF `general.sampling.*`, then the server's flags, then what `create` set for the model;
+each request's own values go on top (`SamplingParams.with_defaults`)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ __all__ = [
     "store_call",
     "server_defaults",
     "effective_params",
+    "catalog_defaults",
     "model_sampling",
     "sampling_defaults",
 ]
@@ -47,17 +48,25 @@ def server_defaults(runtime: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+def catalog_defaults(runtime: Any, name: str) -> dict[str, Any]:
+    """The sampling defaults the store's catalog gives model `name` ({} for other models)."""
+    catalog = getattr(getattr(runtime, "store", None), "catalog", None)
+    entry = catalog.get(name) if catalog is not None else None
+    return entry.sampling_defaults if entry is not None else {}
+
+
 def effective_params(runtime: Any, name: str, path: Path | None) -> dict[str, Any]:
-    """A model's parameters (Ollama option names) before a request's own: the GGUF's
-    `general.sampling.*`, then the server's flags, then what `create` set for `name`
-    (the store reports the GGUF's and create's together; a value equal to the GGUF's
-    counts as the GGUF's). Reads the GGUF header (cached): call off the event loop."""
+    """A model's parameters (Ollama option names) before a request's own: the catalog's
+    for a catalog model, then the GGUF's `general.sampling.*`, then the server's flags,
+    then what `create` set for `name` (the store reports the GGUF's and create's together;
+    a value equal to the GGUF's counts as the GGUF's). Reads the GGUF header (cached):
+    call off the event loop."""
     params = store_call(runtime, "params", name)
     if not params and path is not None:
         params = store_call(runtime, "params", str(path))
     gguf = gguf_sampling_defaults(path) if path is not None else {}
     own = {k: v for k, v in (params or {}).items() if k not in gguf or gguf[k] != v}
-    return {**gguf, **server_defaults(runtime), **own}
+    return {**catalog_defaults(runtime, name), **gguf, **server_defaults(runtime), **own}
 
 
 def model_sampling(runtime: Any, lm: LoadedModel) -> dict[str, Any]:

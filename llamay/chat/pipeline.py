@@ -26,7 +26,7 @@ from ..grammar.report import check
 from ..kv.pool import SHARED
 from ..types import ErrorEvent, FinishEvent, SamplingParams, StopSpec, TokenEvent, Usage
 from .defaults import sampling_defaults
-from .flow import ChatOptions, ChatSetup, Piece, output_limit, prepare_chat
+from .flow import ChatOptions, ChatSetup, Piece, output_limit, prepare_chat, wanted_limit
 from .tools import ToolCall
 
 if TYPE_CHECKING:
@@ -96,7 +96,8 @@ class RunSpec:
     """How to generate, whatever API asked. `keep_tokens`: keep each choice's token
     events (for log-probs). `prompt_logprobs`: score the prompt's own tokens with that many
     alternatives, from prompt token `score_from` on (the tokens before it may share a
-    cached prefix). `default_max`: the limit for constrained output that sets none.
+    cached prefix). `default_max`: the server's default output budget, for a request
+    that sets no limit.
     `namespace`: the prefix-cache namespace (None: the current request's, set from its
     principal by the HTTP edge; "" outside a server)."""
 
@@ -388,8 +389,9 @@ def requests_for(
     """One engine request per choice. With a seed, choice i uses seed + i so that n > 1
     gives different texts that are still reproducible."""
     n_ctx = lm.engine.n_ctx
+    wanted = wanted_limit(plan, spec.max_tokens, spec.default_max)
     max_tokens = output_limit(plan, spec.max_tokens, spec.default_max, n_ctx - len(tokens))
-    stop = StopSpec(max_tokens=max_tokens, stop=spec.stop)
+    stop = StopSpec(max_tokens=max_tokens, stop=spec.stop, asked=wanted if wanted > max_tokens else None)
     out = []
     for i in range(spec.n):
         sampling = spec.sampling

@@ -166,11 +166,15 @@ def _check_end(s: Sequence, n_ctx: int, *, stopped: bool) -> Finish | None:
     if stopped:
         return Finish("stop")
     if spec.max_tokens is not None and s.n_generated >= spec.max_tokens:
-        if inside:
-            return Finish(
-                "length", "max_tokens ended generation inside the required format; the output is incomplete"
+        said = []
+        if spec.asked is not None:
+            said.append(
+                f"the context is full ({n_ctx} tokens): max_tokens {spec.asked} was cut to "
+                f"{spec.max_tokens}, the room the prompt left"
             )
-        return Finish("length")
+        if inside:
+            said.append("max_tokens ended generation inside the required format; the output is incomplete")
+        return Finish("length", "; ".join(said) or None)
     if s.n_tokens >= n_ctx:
         message = f"the context is full ({n_ctx} tokens)"
         if inside:
