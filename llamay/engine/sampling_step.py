@@ -117,10 +117,34 @@ def _sample(s: Sequence, logits: np.ndarray, model: StepModel) -> Sample | Finis
         sample = s.sampler.sample(logits, s.mask)
     except ValueError as exc:  # the mask allows nothing the model can produce
         return Finish("error", f"no token can continue the required format: {exc}")
+    sample = _in_layout(s, logits, sample)
     fitted = _fit(s, sample, model.eog_ids)
     s.mask_seconds += time.perf_counter() - t0
     s.mask_steps += 1
     return fitted
+
+
+# Samples drawn again, each without the token before, for one that keeps the layout.
+LAYOUT_TRIES = 16
+
+
+def _in_layout(s: Sequence, logits: np.ndarray, sample: Sample) -> Sample:
+    """`sample`, or when its token leaves the canonical layout (layout.py) the next best
+    token that keeps it: the refused token's bit is cleared from the mask and sampling
+    runs again. After LAYOUT_TRIES refusals the last sample stands (still valid JSON)."""
+    c = s.constraint
+    assert c is not None and s.mask is not None
+    words = s.mask.view(np.uint32)
+    for _ in range(LAYOUT_TRIES):
+        if c.keeps_layout(sample.token):
+            return sample
+        t = sample.token
+        words[t >> 5] &= np.uint32(~(1 << (t & 31)) & 0xFFFFFFFF)
+        try:
+            sample = s.sampler.sample(logits, s.mask)
+        except ValueError:  # nothing else allowed: keep what the grammar took
+            return Sample(t)
+    return sample
 
 
 def _fit(s: Sequence, sample: Sample, eog: frozenset[int]) -> Sample | Finish:

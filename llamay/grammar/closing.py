@@ -14,10 +14,12 @@ returns is a valid continuation; it is a short completion, not provably the shor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import llguidance
 import numpy as np
+
+from .layout import Indented
 
 __all__ = ["ClosingTokens", "JsonScan", "closing_tokens", "shortest_completion", "PREFERRED"]
 
@@ -47,10 +49,17 @@ class ClosingTokens:
     eos: frozenset[int]
     vocab_size: int
     tokenizer: llguidance.LLTokenizer
+    gaps: dict[bytes, list[int]] = field(default_factory=dict)  # whitespace runs as tokens
 
     def piece(self, token: int) -> bytes:
         found = self.pieces.get(token)
         return found if found is not None else self.tokenizer.decode_bytes([token])
+
+    def gap_tokens(self, gap: bytes) -> list[int]:
+        found = self.gaps.get(gap)
+        if found is None:
+            found = self.gaps[gap] = list(self.tokenizer.tokenize_bytes(gap))
+        return found
 
 
 def closing_tokens(tokenizer: llguidance.LLTokenizer) -> ClosingTokens:
@@ -100,7 +109,7 @@ def shortest_completion(
     limit: int,
     *,
     first: int | None = None,
-    scan: JsonScan | None = None,
+    scan: JsonScan | Indented | None = None,
 ) -> list[int] | None:
     """Tokens that take `matcher`'s state (after `first`, when given) to an accepting one,
     at most `limit` of them (not counting `first`); [] if it accepts already; None if none
@@ -120,7 +129,7 @@ def _greedy(
     closing: ClosingTokens,
     limit: int,
     first: int | None,
-    scan: JsonScan | None,
+    scan: JsonScan | Indented | None,
     *,
     prefer: bool,
 ) -> list[int] | None:
@@ -140,34 +149,73 @@ def _greedy(
             taken = m.try_consume_tokens(forced)
             if taken == 0:
                 return None
-            out.extend(forced[:taken])
-            for t in forced[:taken]:
-                scan.feed(closing.piece(t))
-            continue
-        token = _preferred(m, closing.in_string if scan.in_string else closing.outside) if prefer else None
-        if token is None:
-            if mask is None:
-                mask = np.zeros((closing.vocab_size + 31) // 32, dtype=np.int32)
-            token = _lowest_allowed(m, mask, closing)
-            if token is None or not m.consume_token(token):
-                return None
-        scan.feed(closing.piece(token))
-        out.append(token)
+            run = forced[:taken]
+        else:
+            found = (
+                _preferred(m, closing.in_string if scan.in_string else closing.outside, scan, closing)
+                if prefer
+                else None
+            )
+            if found is None:
+                if mask is None:
+                    mask = np.zeros((closing.vocab_size + 31) // 32, dtype=np.int32)
+                found = _lowest_allowed(m, mask, scan, closing)
+                if found is None:
+                    return None
+            run = found
+        for t in run:
+            scan.feed(closing.piece(t))
+        out.extend(run)
     return out if len(out) <= limit else None
 
 
-def _preferred(m: llguidance.LLMatcher, tokens: tuple[int, ...]) -> int | None:
-    """The first of `tokens` the grammar takes (consumed), else None."""
-    for token in tokens:
-        if m.try_consume_tokens([token]) == 1:
-            return token
+def _take(
+    m: llguidance.LLMatcher, token: int, scan: JsonScan | Indented, closing: ClosingTokens
+) -> list[int] | None:
+    """`token` (after the whitespace the layout wants before it, if any) consumed by `m`,
+    or None (nothing consumed) when the grammar or the layout refuses it."""
+    run = [token]
+    if isinstance(scan, Indented):
+        piece = closing.piece(token)
+        if not scan.accepts(piece):
+            if scan.in_string or not piece or piece[0] in b" \t\n\r":
+                return None
+            gap = scan.gap(piece[0])
+            if not gap or not scan.accepts(gap + piece):
+                return None
+            run = [*closing.gap_tokens(gap), token]
+    taken = m.try_consume_tokens(run)
+    if taken == len(run):
+        return run
+    if taken:
+        m.rollback(taken)
     return None
 
 
-def _lowest_allowed(m: llguidance.LLMatcher, mask: np.ndarray, closing: ClosingTokens) -> int | None:
+def _preferred(
+    m: llguidance.LLMatcher, tokens: tuple[int, ...], scan: JsonScan | Indented, closing: ClosingTokens
+) -> list[int] | None:
+    """The first of `tokens` the grammar and layout take (consumed, with any whitespace
+    before it), else None."""
+    for token in tokens:
+        run = _take(m, token, scan, closing)
+        if run is not None:
+            return run
+    return None
+
+
+# Allowed tokens looked at, lowest first, for one that also keeps the layout.
+_FALLBACK_TRIES = 512
+
+
+def _lowest_allowed(
+    m: llguidance.LLMatcher, mask: np.ndarray, scan: JsonScan | Indented, closing: ClosingTokens
+) -> list[int] | None:
     m.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
     bits = np.unpackbits(mask.view(np.uint8), bitorder="little")
-    for token in np.flatnonzero(bits[: closing.vocab_size]):
+    for token in np.flatnonzero(bits[: closing.vocab_size])[:_FALLBACK_TRIES]:
         if int(token) not in closing.eos:
-            return int(token)
+            run = _take(m, int(token), scan, closing)
+            if run is not None:
+                return run
     return None

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import GrammarError
 from .closing import ClosingTokens, JsonScan, closing_tokens, shortest_completion
+from .layout import Indented
 from .runtime import byte_tokenizer, matcher_error, parser_limits
 
 if TYPE_CHECKING:
@@ -154,7 +155,9 @@ class Constraint:
         self._matcher = cache.get(grammar).matcher()
         self._error: str | None = None
         self._closing = cache.closing
-        self._scan = JsonScan()  # where the text consumed so far stands, for `completion`
+        # Where the text consumed so far stands, for `completion` and, for the indented
+        # layout, for `keeps_layout`.
+        self._scan: JsonScan | Indented = Indented() if grammar.layout == "indented" else JsonScan()
 
     @property
     def error(self) -> str | None:
@@ -198,6 +201,12 @@ class Constraint:
         if self.is_stopped():
             return []
         return list(self._matcher.compute_ff_tokens())
+
+    def keeps_layout(self, token: int) -> bool:
+        """Whether `token` keeps the canonical layout (always, unless the grammar is JSON
+        in the indented layout: see layout.py). The grammar's mask is checked apart."""
+        scan = self._scan
+        return not isinstance(scan, Indented) or scan.accepts(self._closing.piece(token))
 
     def completion(self, limit: int, first: int | None = None) -> list[int] | None:
         """A shortest completion from here (after `first`, when given) of at most `limit`
