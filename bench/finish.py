@@ -11,13 +11,13 @@ Starts one `llamay serve` on the model (from $LLAMAY_HOME's store) and measures,
 - `readme_json`: the README's `llamay run -chat -json -p "Describe a server as JSON."`
   as the request it makes (a JSON object, max_tokens 256, the CLI's temperature 0.8,
   top_k 40, top_p 0.95), with seeds 0..N-1: how many parse, how many were closed early;
-  the baseline is the same request with max_tokens 2048, counting the answers that would
-  not have fitted in 256 tokens.
+  the baseline is the same request with max_tokens `--natural` (1024), counting the
+  answers that would not have fitted in 256 tokens.
 - `schemas`: real-world schemas (a seeded sample of SchemaStore's from
   bench/data/schemas.jsonl.gz) with max_tokens 64, 128, 256 and 512: refused at request
   time (400, naming the minimum), valid (parses and validates), closed early, invalid
-  (must be none); the baseline is each schema's answer with max_tokens 2048, against which
-  closed-early answers are compared in length.
+  (must be none); the baseline is each schema's answer with max_tokens `--natural`,
+  against which closed-early answers are compared in length.
 """
 
 from __future__ import annotations
@@ -58,7 +58,6 @@ PROMPTS = [
 BARE = {"temperature": 1.0, "top_p": 1.0, "repeat_penalty": 1.0}  # the API's own defaults
 README_JSON = {"temperature": 0.8, "top_k": 40, "top_p": 0.95}  # `llamay run`'s
 BUDGETS = (64, 128, 256, 512)
-NATURAL = 2048
 
 
 async def chat(client: httpx.AsyncClient, body: dict[str, Any], gate: asyncio.Semaphore) -> dict[str, Any]:
@@ -124,7 +123,7 @@ def parses(text: str) -> Any:
 
 
 async def readme_json(
-    client: httpx.AsyncClient, model: str, n: int, gate: asyncio.Semaphore
+    client: httpx.AsyncClient, model: str, n: int, natural: int, gate: asyncio.Semaphore
 ) -> dict[str, Any]:
     messages = [{"role": "user", "content": "Describe a server as JSON."}]
 
@@ -140,7 +139,7 @@ async def readme_json(
         }
 
     got = await asyncio.gather(*(chat(client, body(i, 256), gate) for i in range(n)))
-    base = await asyncio.gather(*(chat(client, body(i, NATURAL), gate) for i in range(n)))
+    base = await asyncio.gather(*(chat(client, body(i, natural), gate) for i in range(n)))
     return {
         "runs": n,
         "valid": sum(g["status"] == 200 and isinstance(parses(g["content"]), dict) for g in got),
@@ -183,7 +182,9 @@ def _valid(g: dict[str, Any], schema: dict[str, Any]) -> bool:
     return value is not None and validates(schema, value)
 
 
-async def schemas(client: httpx.AsyncClient, model: str, k: int, gate: asyncio.Semaphore) -> dict[str, Any]:
+async def schemas(
+    client: httpx.AsyncClient, model: str, k: int, natural: int, gate: asyncio.Semaphore
+) -> dict[str, Any]:
     chosen = sample_schemas(k)
     messages = [{"role": "user", "content": "Write an example configuration file as JSON."}]
 
@@ -197,7 +198,7 @@ async def schemas(client: httpx.AsyncClient, model: str, k: int, gate: asyncio.S
             "response_format": fmt,
         }
 
-    jobs = [(i, b) for i in range(len(chosen)) for b in (*BUDGETS, NATURAL)]
+    jobs = [(i, b) for i in range(len(chosen)) for b in (*BUDGETS, natural)]
     got = await asyncio.gather(*(chat(client, body(chosen[i][1], b), gate) for i, b in jobs))
     results = {(i, b): g for (i, b), g in zip(jobs, got, strict=True)}
     per_budget: dict[str, Any] = {}
@@ -223,14 +224,14 @@ async def schemas(client: httpx.AsyncClient, model: str, k: int, gate: asyncio.S
                 )
             if g.get("closed_early"):
                 closed += 1
-                natural = results[(i, NATURAL)]
-                if natural.get("tokens"):
-                    ratios.append(g["tokens"] / natural["tokens"])
+                unhurried = results[(i, natural)]
+                if unhurried.get("tokens"):
+                    ratios.append(g["tokens"] / unhurried["tokens"])
         per_budget[str(b)] = {
             "refused_at_request": refused, "valid": valid, "closed_early": closed, "invalid": invalid,
             "failures": failures[:5],
         }  # fmt: skip
-    natural_runs = [results[(i, NATURAL)] for i in range(len(chosen))]
+    natural_runs = [results[(i, natural)] for i in range(len(chosen))]
     return {
         "schemas": [s for s, _ in chosen],
         "max_tokens": per_budget,
@@ -248,8 +249,8 @@ async def main_async(args: argparse.Namespace, url: str, budget: int) -> dict[st
         out: dict[str, Any] = {}
         t0 = time.perf_counter()
         out["free"] = await free(client, args.model, args.prompts, budget, gate)
-        out["readme_json"] = await readme_json(client, args.model, args.json_runs, gate)
-        out["schemas"] = await schemas(client, args.model, args.schemas, gate)
+        out["readme_json"] = await readme_json(client, args.model, args.json_runs, args.natural, gate)
+        out["schemas"] = await schemas(client, args.model, args.schemas, args.natural, gate)
         out["seconds"] = time.perf_counter() - t0
         return out
 
@@ -261,6 +262,7 @@ def main() -> None:
     p.add_argument("--json-runs", type=int, default=20)
     p.add_argument("--schemas", type=int, default=12)
     p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--natural", type=int, default=1024, help="max_tokens of the baselines' unhurried answers")
     p.add_argument("--max-tokens", type=int, default=2048, help="the server's default output budget")
     args = p.parse_args()
     load = os.getloadavg()
