@@ -36,6 +36,7 @@ OUTSIDE: tuple[str, ...] = (
     '"', "[", "{",
 )  # fmt: skip
 PREFERRED = IN_STRING + OUTSIDE
+QUOTED = 64  # tokens starting with a quote tried after IN_STRING
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,18 @@ def closing_tokens(tokenizer: llguidance.LLTokenizer) -> ClosingTokens:
                 pieces[toks[0]] = text.encode()
         return tuple(out)
 
+    preferred = ids(IN_STRING)
+    # A vocabulary without a lone `"` still closes strings with `",`, `":` and the like:
+    # every token that starts with a quote, shortest first, after the preferred ones.
+    quoted = []
+    for t in range(tokenizer.vocab_size):
+        if not tokenizer.is_special_token(t):
+            piece = tokenizer.decode_bytes([t])
+            if piece.startswith(b'"') and t not in preferred:
+                quoted.append((len(piece), t))
+    in_string = preferred + tuple(t for _, t in sorted(quoted)[:QUOTED])
     return ClosingTokens(
-        ids(IN_STRING), ids(OUTSIDE), pieces, frozenset(tokenizer.eos_tokens), tokenizer.vocab_size, tokenizer
+        in_string, ids(OUTSIDE), pieces, frozenset(tokenizer.eos_tokens), tokenizer.vocab_size, tokenizer
     )
 
 

@@ -78,7 +78,7 @@ class CompileCache:
     def min_tokens(self, grammar: Grammar, limit: int) -> int | None:
         """Tokens of the shortest answer `grammar` allows that the search finds (None: more
         than `limit`, or none found). Compiles `grammar` on a miss."""
-        found = shortest_completion(self.get(grammar).template, self.closing, limit)
+        found = shortest_completion(self.get(grammar).template, self.closing, limit, scan=new_scan(grammar))
         return None if found is None else len(found)
 
     def __len__(self) -> int:
@@ -130,6 +130,12 @@ def _compile(grammar: Grammar, tokenizer: llguidance.LLTokenizer) -> Compiled:
     return Compiled(grammar.spec_hash, matcher, elapsed)
 
 
+def new_scan(grammar: Grammar) -> JsonScan | Indented:
+    """What follows a text of `grammar` for its shortest endings: its canonical layout when
+    it is JSON in the indented layout, else only where strings are."""
+    return Indented() if grammar.layout == "indented" else JsonScan()
+
+
 def allocate_mask(tokenizer: llguidance.LLTokenizer) -> np.ndarray:
     """A zeroed int32 bitmask with one bit per token of `tokenizer` (bit t%32 of word
     t//32 set = token t allowed), the shape `Constraint.fill_mask` fills."""
@@ -157,7 +163,7 @@ class Constraint:
         self._closing = cache.closing
         # Where the text consumed so far stands, for `completion` and, for the indented
         # layout, for `keeps_layout`.
-        self._scan: JsonScan | Indented = Indented() if grammar.layout == "indented" else JsonScan()
+        self._scan = new_scan(grammar)
 
     @property
     def error(self) -> str | None:
