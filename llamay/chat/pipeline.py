@@ -314,15 +314,24 @@ async def compile_plan(lm: LoadedModel, plan: ConstraintPlan | None) -> None:
 MIN_SEARCH = 8192
 
 
-async def check_room(lm: LoadedModel, plan: ConstraintPlan | None, max_tokens: int | None) -> None:
+async def check_room(
+    lm: LoadedModel, plan: ConstraintPlan | None, max_tokens: int | None, *, cut: bool = False
+) -> None:
     """A 400 naming the minimum when `max_tokens` cannot hold the shortest answer a plan's
     grammar allows (active from the first token; a lazy or thinking plan is not judged).
+    `cut`: `max_tokens` is what the context leaves after the prompt, less than asked.
     Off the event loop (it may compile the grammar)."""
     if plan is None or plan.grammar is None or plan.lazy or plan.starts_thinking or max_tokens is None:
         return
     grammar, cache = plan.grammar, lm.model.compile_cache
     shortest = await asyncio.to_thread(cache.min_tokens, grammar, MIN_SEARCH)
     if shortest is not None and shortest > max_tokens:
+        if cut:
+            raise InvalidRequest(
+                f"the context ({lm.engine.n_ctx} tokens) leaves room for {max_tokens} after the prompt, "
+                f"too few for any valid answer: the shortest takes {shortest} tokens",
+                param="messages",
+            )
         raise InvalidRequest(
             f"max_tokens {max_tokens} is too small for any valid answer: the shortest takes "
             f"{shortest} tokens (set max_tokens to at least {shortest})",
@@ -362,7 +371,8 @@ async def start_batch(
         limit = output_limit(
             prompt.plan, spec.max_tokens, spec.default_max, lm.engine.n_ctx - len(prompt.tokens)
         )
-        await check_room(lm, prompt.plan, limit)
+        cut = limit < wanted_limit(prompt.plan, spec.max_tokens, spec.default_max)
+        await check_room(lm, prompt.plan, limit, cut=cut)
     session = None
     if held is not None:
         session = SessionSpec(context_id=held.context_id)
