@@ -222,5 +222,6 @@ class Constraint:
         return shortest_completion(self._matcher, self._closing, limit, first=first, scan=self._scan)
 
     def rollback(self, n_tokens: int) -> bool:
-        """Undo the last `n_tokens` consumed tokens (for speculative decoding)."""
+        """Undo the last `n_tokens` consumed tokens (for speculative decoding). The text's
+        scan for `completion` and `keeps_layout` is not undone: steer nothing after this."""
         return self._error is None and self._matcher.rollback(n_tokens)
