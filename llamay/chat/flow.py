@@ -36,10 +36,12 @@ __all__ = [
     "model_traits",
     "output_limit",
     "wanted_limit",
+    "check_room",
     "FINISH_TOOL_MODES",
     "with_finish_default",
     "effort_budget",
     "thinking_plan",
+    "asked_variables",
 ]
 
 # The server's `-finish-tool`: "off" adds the finish tool only when a request asks for it;
@@ -50,9 +52,10 @@ FINISH_TOOL_MODES = ("off", "auto")
 @dataclass(frozen=True)
 class ChatOptions:
     """What a chat request asks for, whatever API it came through. `finish_tool`: False,
-    True, or the name of one of `tools` that ends the turn; None (unsaid) is off unless the
-    route put the server's default in (`with_finish_default`). `parallel_tool_calls`: None
-    (the request did not say) means what the model's template supports."""
+    True, or the name of one of `tools` that ends the turn; None (unsaid) takes the
+    server's default, which `prepare` puts in (`with_finish_default`).
+    `parallel_tool_calls`: None (the request did not say) means what the model's template
+    supports."""
 
     messages: list[dict[str, Any]]
     tools: list[ToolSpec] = field(default_factory=list)
@@ -63,6 +66,9 @@ class ChatOptions:
     thinking_budget: int | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     finish_tool: bool | str | None = None  # None: unsaid; off
+    # The thinking the request asked for by name: an effort level ("low", "high", ...), or
+    # "on" when it asked without one; None when it did not ask (see `asked_variables`).
+    effort: str | None = None
 
 
 def with_finish_default(opts: ChatOptions, mode: str) -> ChatOptions:
@@ -106,6 +112,7 @@ def prepare_chat(lm: LoadedModel, opts: ChatOptions) -> ChatSetup:
     # Said either way, as llama.cpp does: some templates open the think block only when
     # told to (QwQ's and DeepSeek's in llama.cpp's tree test `enable_thinking`).
     kwargs.setdefault("enable_thinking", opts.thinking)
+    kwargs = {**asked_variables(lm.template.variables, opts), **kwargs}
     text = lm.template.render(messages, add_generation_prompt=True, **kwargs)
     text = lm.template.strip_bos_eos(text, add_bos=lm.model.add_bos)
     tokens = lm.model.tokenize(text, add_special=True, parse_special=True)
@@ -113,6 +120,26 @@ def prepare_chat(lm: LoadedModel, opts: ChatOptions) -> ChatSetup:
     started = markers is not None and markers.opened_by(text)
     plan = _plan(lm, opts, traits, tools, started)
     return ChatSetup(tokens, text, plan, traits, tools, finish, started)
+
+
+# reasoning_effort levels as templates spell them (gpt-oss's: low, medium, high).
+_TEMPLATE_EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "max": "high"}
+
+
+def asked_variables(variables: frozenset[str], opts: ChatOptions) -> dict[str, Any]:
+    """Template variables that switch thinking on, for a request that asked for it: Granite
+    3.3's `thinking` (its template then asks for `<think>` and `<response>`; it does not
+    think unless told) and gpt-oss's `reasoning_effort` (its template writes "Reasoning:
+    medium" unless told a level). A request that did not ask gets the template's default."""
+    if not opts.thinking or opts.effort is None:
+        return {}
+    out: dict[str, Any] = {}
+    if "thinking" in variables:
+        out["thinking"] = True
+    level = _TEMPLATE_EFFORTS.get(opts.effort)
+    if "reasoning_effort" in variables and level is not None:
+        out["reasoning_effort"] = level
+    return out
 
 
 def _with_finish_tool(opts: ChatOptions) -> tuple[list[ToolSpec], str | None]:
@@ -232,7 +259,8 @@ def _constraint(
         parallel = parallel and opts.tool_choice.mode != "function"
         tp = traits.tool_format.plan(tools, opts.tool_choice, parallel, lm.model.special_id)
         if markers is not None and (opts.thinking or started):
-            tp = think_first(tp, markers, started=started, special=lm.model.special_id)
+            opened = lm.model.tokenize(markers.open_tag, add_special=False, parse_special=True)
+            tp = think_first(tp, markers, started=started, special=lm.model.special_id, open_tokens=opened)
         if tp.immediate:
             return ConstraintPlan(tp.grammar, label="tools")
         return ConstraintPlan(tp.grammar, tp.trigger_tokens, tp.trigger_text, label="tools")
@@ -333,3 +361,34 @@ def wanted_limit(plan: ConstraintPlan | None, requested: int | None, default: in
 def output_limit(plan: ConstraintPlan | None, requested: int | None, default: int, room: int) -> int:
     """`wanted_limit`, never more than `room`, the context left after the prompt (at least 1)."""
     return min(wanted_limit(plan, requested, default), max(1, room))
+
+
+# The longest shortest-answer search run before a request (tokens).
+MIN_SEARCH = 8192
+
+
+def check_room(
+    lm: LoadedModel, plan: ConstraintPlan | None, n_prompt: int, requested: int | None, default: int
+) -> None:
+    """A 400 naming the minimum when the output limit of a prompt of `n_prompt` tokens
+    (`output_limit`) cannot hold the shortest answer its plan's grammar allows (active
+    from the first token; a lazy or thinking plan is not judged), before anything runs.
+    Compiles the grammar on a miss: call off the event loop."""
+    if plan is None or plan.grammar is None or plan.lazy or plan.starts_thinking:
+        return
+    n_ctx = lm.engine.n_ctx
+    limit = output_limit(plan, requested, default, n_ctx - n_prompt)
+    shortest = lm.model.compile_cache.min_tokens(plan.grammar, MIN_SEARCH)
+    if shortest is None or shortest <= limit:
+        return
+    if limit < wanted_limit(plan, requested, default):
+        raise InvalidRequest(
+            f"the context ({n_ctx} tokens) leaves room for {limit} after the prompt, too few for "
+            f"any valid answer: the shortest takes {shortest} tokens",
+            param="messages",
+        )
+    raise InvalidRequest(
+        f"max_tokens {limit} is too small for any valid answer: the shortest takes {shortest} tokens "
+        f"(set max_tokens to at least {shortest})",
+        param="max_tokens",
+    )
