@@ -56,9 +56,9 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class RuntimeConfig:
     """Server-wide settings for loading models. `ctx` 0 means min(model's training
-    context, 8192). `threads` 0 means the number of CPU cores. `max_tokens` limits
-    constrained output (schema, grammar, tools) whose request sets no limit and whose
-    schema does not bound it. `temperature`, `top_p`, `top_k`, `min_p` and `repeat_penalty`
+    context, 8192). `threads` 0 means the number of CPU cores. `max_tokens` is the default
+    output budget: what a request that sets no limit may generate, on every API (a schema
+    that bounds its answers gets that bound instead). `temperature`, `top_p`, `top_k`, `min_p` and `repeat_penalty`
     (None: unset) are the server's sampling defaults: over a model's GGUF
     `general.sampling.*`, under each request's own values. `finish_tool` ("off" or "auto"):
     whether an OpenAI chat request with tool_choice "required" that does not set
@@ -77,7 +77,7 @@ class RuntimeConfig:
     cache_ram: int = 512 * 1024 * 1024  # bytes per model for cached prefixes kept in RAM
     chat_template_file: Path | None = None
     home: Path | None = None  # contexts are saved under home/contexts; None: not kept
-    max_tokens: int = 2048  # limit for constrained output when a request sets none
+    max_tokens: int = 2048  # the default output budget of a request that sets none
     reasoning_budget: int | None = None  # thinking tokens when a request sets no budget; None: unbounded
     temperature: float | None = None
     top_p: float | None = None

@@ -36,6 +36,8 @@ __all__ = [
     "prepare_chat",
     "model_traits",
     "output_limit",
+    "wanted_limit",
+    "check_room",
     "FINISH_TOOL_MODES",
     "with_finish_default",
     "effort_budget",
@@ -350,19 +352,52 @@ class ChatOutput:
         return out
 
 
-def output_limit(plan: ConstraintPlan | None, requested: int | None, default: int, room: int) -> int | None:
-    """`max_tokens` for one request, whatever API it came through.
+def wanted_limit(plan: ConstraintPlan | None, requested: int | None, default: int) -> int:
+    """`max_tokens` a request asks for, whatever API it came through, before the context's
+    room: what it asked for, if it asked; else for constrained output whose schema makes
+    every answer finite, that bound (a token is at least one byte, so the grammar's byte
+    bound plus the end-of-text token: every answer fits); else the server's default output
+    budget (`-max-tokens`), for free text as for constrained output."""
+    if requested is not None:
+        return requested
+    if plan is not None and not plan.lazy:
+        bound = getattr(plan.grammar, "max_bytes", None)
+        if bound is not None:
+            return bound + 1
+    return default
 
-    What the request asked for, if it asked. Otherwise constrained output is bounded: by
-    the schema itself when it makes every answer finite (a token is at least one byte, so
-    the grammar's byte bound plus the end-of-text token), else by the server's default
-    (`-max-tokens`); free text without a limit runs to its end or the context's. Never
-    more than `room`, the context left after the prompt (at least 1).
-    """
-    limit = requested
-    if limit is None and plan is not None:
-        bound = getattr(plan.grammar, "max_bytes", None) if not plan.lazy else None
-        limit = default if bound is None else bound + 1
-    if limit is None:
-        return None
-    return min(limit, max(1, room))
+
+def output_limit(plan: ConstraintPlan | None, requested: int | None, default: int, room: int) -> int:
+    """`wanted_limit`, never more than `room`, the context left after the prompt (at least 1)."""
+    return min(wanted_limit(plan, requested, default), max(1, room))
+
+
+# The longest shortest-answer search run before a request (tokens).
+MIN_SEARCH = 8192
+
+
+def check_room(
+    lm: LoadedModel, plan: ConstraintPlan | None, n_prompt: int, requested: int | None, default: int
+) -> None:
+    """A 400 naming the minimum when the output limit of a prompt of `n_prompt` tokens
+    (`output_limit`) cannot hold the shortest answer its plan's grammar allows (active
+    from the first token; a lazy or thinking plan is not judged), before anything runs.
+    Compiles the grammar on a miss: call off the event loop."""
+    if plan is None or plan.grammar is None or plan.lazy or plan.starts_thinking:
+        return
+    n_ctx = lm.engine.n_ctx
+    limit = output_limit(plan, requested, default, n_ctx - n_prompt)
+    shortest = lm.model.compile_cache.min_tokens(plan.grammar, MIN_SEARCH)
+    if shortest is None or shortest <= limit:
+        return
+    if limit < wanted_limit(plan, requested, default):
+        raise InvalidRequest(
+            f"the context ({n_ctx} tokens) leaves room for {limit} after the prompt, too few for "
+            f"any valid answer: the shortest takes {shortest} tokens",
+            param="messages",
+        )
+    raise InvalidRequest(
+        f"max_tokens {limit} is too small for any valid answer: the shortest takes {shortest} tokens "
+        f"(set max_tokens to at least {shortest})",
+        param="max_tokens",
+    )

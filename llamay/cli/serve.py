@@ -79,8 +79,9 @@ def add_server_flags(p: argparse.ArgumentParser, help_for: Mapping[str, str] | N
         help="context size in tokens, shared by running requests (default: the model's, at most 8192)")  # fmt: skip
     add("batch", type=int, default=rc.batch, help=f"tokens per decode step (default {rc.batch})")
     add("max-tokens", dest="max_tokens", type=int, default=rc.max_tokens,
-        help="limit for constrained output (schema, grammar, tools) when a request sets none and the "
-        f"schema does not bound it (default {rc.max_tokens})")  # fmt: skip
+        help="the default output budget: tokens a request that sets no limit may generate, on every "
+        "API (a schema that bounds its answers gets its own bound; a limit above what the context "
+        f"holds is cut to that, and said) (default {rc.max_tokens})")  # fmt: skip
     add("finish-tool", dest="finish_tool", default=os.environ.get(ENV_FINISH_TOOL, rc.finish_tool),
         help='"auto" adds a finish tool to chat requests with tool_choice "required" that do not set '
         "finish_tool, so the model may end an agent loop without a call; off (the default): only "

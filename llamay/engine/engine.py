@@ -456,6 +456,7 @@ class Engine:
             "mask_steps": s.mask_steps,
             "mask_ms": s.mask_seconds * 1000.0,
             "context_id": context_id,
+            "closed_early": s.closed_early,
         }
         tail = "" if reason == "abort" else s.text.flush()
         usage = Usage(s.n_prompt, n_gen, s.n_cached)
