@@ -127,9 +127,14 @@ def _find_loaded(runtime: Any, name: str) -> LoadedModel | None:
 
 
 def _parameters(runtime: Any, name: str, path: Path) -> str:
-    """Ollama's `parameters` text: the effective parameters (GGUF defaults, then the
-    server's sampling flags, then what `create` set; see common.effective_params)."""
-    return describe.parameters_text(effective_params(runtime, name, path))
+    """Ollama's `parameters` text: the effective parameters (the catalog's, the GGUF
+    defaults, then the server's sampling flags, then what `create` set; see
+    common.effective_params) and `num_predict`, the server's default output budget."""
+    params = effective_params(runtime, name, path)
+    budget = getattr(getattr(runtime, "config", None), "max_tokens", None)
+    if isinstance(budget, int):
+        params.setdefault("num_predict", budget)
+    return describe.parameters_text(params)
 
 
 def _show(
