@@ -53,6 +53,7 @@ __all__ = [
     "THINK_CLOSE",
     "THINK_OPEN",
     "TinyVocab",
+    "add_tiny_tokenizer",
     "tiny_vocab",
     "write_tiny_llama",
     "write_tiny_think_llama",
@@ -287,6 +288,21 @@ def write_tiny_llama(
     writer.add_rope_freq_base(1e6)
     writer.add_layer_norm_rms_eps(1e-5)
 
+    add_tiny_tokenizer(writer, vocab)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
+
+    for tensor_name, data in tensors.items():
+        writer.add_tensor(tensor_name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def add_tiny_tokenizer(writer: gguf.GGUFWriter, vocab: TinyVocab) -> None:
+    """Write `vocab` as the model's tokenizer: byte-level BPE, no BOS or EOS added."""
     writer.add_tokenizer_model("gpt2")
     # "smollm": GPT-2 splitting with single digits, and no clean-up of spaces before punctuation
     # on detokenization (the "gpt-2" and "default" types would turn "a ," into "a,").
@@ -301,16 +317,6 @@ def write_tiny_llama(
     writer.add_unk_token_id(vocab.id(ENDOFTEXT))
     writer.add_add_bos_token(False)
     writer.add_add_eos_token(False)
-    if chat_template is not None:
-        writer.add_chat_template(chat_template)
-
-    for tensor_name, data in tensors.items():
-        writer.add_tensor(tensor_name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 def write_tiny_think_llama(path: str | Path, **kwargs: Any) -> Path:
