@@ -65,6 +65,24 @@ if [ "$(cat .venv/.llama-cpp-build 2>/dev/null)" != "$BUILD_KEY" ] || ! "$VPY" -
   printf '%s' "$BUILD_KEY" > .venv/.llama-cpp-build
 fi
 
+# The test suite's model families (tests/model/test_families*.py) read llama.cpp's real chat
+# templates and tokenizer vocabularies from the same source package. A copy sits next to the
+# wheel cache, so a cached wheel needs no rebuild: only the source is fetched again (seconds).
+MODELS="$(dirname "$WHEELS")/llama.cpp-${LLAMA_CPP_VERSION}-models"
+if [ ! -f "$MODELS/.complete" ]; then
+  say "keeping llama.cpp's chat templates and vocabularies in $MODELS"
+  rm -rf "$MODELS.tmp" && mkdir -p "$MODELS.tmp"
+  "$VPY" -m pip download -q --no-deps --no-binary :all: --no-cache-dir \
+    "llama-cpp-python==${LLAMA_CPP_VERSION}" -d "$MODELS.tmp"
+  tar xzf "$MODELS.tmp/llama_cpp_python-${LLAMA_CPP_VERSION}.tar.gz" -C "$MODELS.tmp" --wildcards \
+    "llama_cpp_python-${LLAMA_CPP_VERSION}/vendor/llama.cpp/models/templates/*.jinja" \
+    "llama_cpp_python-${LLAMA_CPP_VERSION}/vendor/llama.cpp/models/ggml-vocab-*.gguf"
+  mv "$MODELS.tmp/llama_cpp_python-${LLAMA_CPP_VERSION}/vendor/llama.cpp/models" "$MODELS.tmp/models"
+  rm -rf "$MODELS.tmp/llama_cpp_python-${LLAMA_CPP_VERSION}" "$MODELS.tmp"/*.tar.gz
+  touch "$MODELS.tmp/models/.complete"
+  rm -rf "$MODELS" && mv "$MODELS.tmp/models" "$MODELS" && rm -rf "$MODELS.tmp"
+fi
+
 if [ "$mode" = test ] && [ "$(id -u)" = 0 ] && ! command -v chromium >/dev/null 2>&1 \
     && command -v apt-get >/dev/null 2>&1; then
   # The browser tests (tests/web) drive Debian's Chromium; without it they are skipped.

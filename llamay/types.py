@@ -183,6 +183,8 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    # Of completion_tokens, those spent thinking (set by the chat pipeline, which splits them).
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:

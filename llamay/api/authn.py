@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..auth import ANONYMOUS, CURRENT_NAMESPACE, LOCAL, KeyRing, Principal, bearer_token
 from ..errors import Forbidden, LlamayError, TooManyRequests, Unauthorized
 from .errors import api_of, error_body
+from .state import state_of
 
 __all__ = ["AuthMiddleware", "principal_of"]
 
@@ -109,7 +110,6 @@ def principal_of(request: Request) -> Principal:
     p = request.scope.get("state", {}).get("principal")
     if isinstance(p, Principal):
         return p
-    keys = getattr(request.app.state, "keys", None)
-    if keys is not None and not keys.enabled:
+    if not state_of(request).keys.enabled:
         return LOCAL
     raise Unauthorized("no authenticated principal for this request")

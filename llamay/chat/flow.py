@@ -37,6 +37,8 @@ __all__ = [
     "output_limit",
     "FINISH_TOOL_MODES",
     "with_finish_default",
+    "effort_budget",
+    "thinking_plan",
 ]
 
 # The server's `-finish-tool`: "off" adds the finish tool only when a request asks for it;
@@ -100,8 +102,9 @@ def prepare_chat(lm: LoadedModel, opts: ChatOptions) -> ChatSetup:
     fmt = traits.tool_format
     messages, extra = fmt.prepare(opts.messages, tools)
     kwargs = {**opts.template_kwargs, **extra}
-    if not opts.thinking:
-        kwargs.setdefault("enable_thinking", False)
+    # Said either way, as llama.cpp does: some templates open the think block only when
+    # told to (QwQ's and DeepSeek's in llama.cpp's tree test `enable_thinking`).
+    kwargs.setdefault("enable_thinking", opts.thinking)
     text = lm.template.render(messages, add_generation_prompt=True, **kwargs)
     text = lm.template.strip_bos_eos(text, add_bos=lm.model.add_bos)
     tokens = lm.model.tokenize(text, add_special=True, parse_special=True)
@@ -134,9 +137,83 @@ def _with_finish_tool(opts: ChatOptions) -> tuple[list[ToolSpec], str | None]:
 def _plan(
     lm: LoadedModel, opts: ChatOptions, traits: Traits, tools: list[ToolSpec], started: bool
 ) -> ConstraintPlan | None:
+    plan = _constraint(lm, opts, traits, tools, started)
+    think = thinking_plan(lm, opts, traits, started, plan)
+    if think is None:
+        return plan
+    if plan is None:  # nothing to constrain: the budget ends thinking
+        return ConstraintPlan(None, frozenset({think.close[-1]}), None, label="think", **_think_fields(think))
+    return replace(plan, **_think_fields(think))
+
+
+def _think_fields(think: ConstraintPlan) -> dict[str, Any]:
+    return {
+        "budget": think.budget,
+        "close": think.close,
+        "thinking": think.thinking,
+        "think_open": think.think_open,
+        "reserve": think.reserve,
+        "reserve_share": think.reserve_share,
+    }
+
+
+# Thinking budgets of the named effort levels (OpenAI's reasoning_effort, Ollama's think
+# levels); "high" and above leave the model to its own judgement.
+EFFORT_BUDGETS: dict[str, int | None] = {"minimal": 256, "low": 1024, "medium": 4096, "high": None, "max": None}
+
+
+def effort_budget(level: str | None) -> int | None:
+    """The thinking budget of an effort level (None: unbounded, or no level)."""
+    return EFFORT_BUDGETS.get(level) if level else None
+
+
+# Of max_tokens, what a constrained answer keeps when the grammar does not bound its length.
+ANSWER_SHARE = 0.5
+
+
+def thinking_plan(
+    lm: LoadedModel, opts: ChatOptions, traits: Traits, started: bool, plan: ConstraintPlan | None
+) -> ConstraintPlan | None:
+    """The thinking budget's part of a plan (None: no budget applies).
+
+    The close is the family's own marker as tokens (gpt-oss's `<|end|>`, the resume
+    `<|start|>assistant`, and for a free answer the final channel's header). The budget is
+    the request's (or the server's default, put in by the route). Under a constraint (tools,
+    a schema) the answer keeps its room whatever the budget: ANSWER_SHARE of max_tokens, or
+    the grammar's length bound when that is less; so a thinking model that never closes its
+    block still answers with a call or an object. Thinking off is a budget of 0:
+    a block the template opens anyway (or the model does) is closed at once."""
     markers = traits.reasoning
-    budget_token = markers.close_token if markers is not None and started else None
-    budget = opts.thinking_budget if budget_token is not None else None
+    if markers is None:
+        return None
+    model = lm.model
+    close_text = markers.close_tag + getattr(markers, "resume", "")
+    if getattr(markers, "style", "tags") == "harmony" and (plan is None or plan.label == "think"):
+        close_text += "<|channel|>final<|message|>"
+    close = tuple(model.tokenize(close_text, add_special=False, parse_special=True))
+    think_open = tuple(model.tokenize(markers.open_tag, add_special=False, parse_special=True))
+    constrained = plan is not None and plan.grammar is not None
+    budget = opts.thinking_budget if opts.thinking_budget is not None else lm.thinking_budget
+    if not opts.thinking:
+        budget = 0  # off: a block the template or the model opens anyway is closed at once
+    if not close or (budget is None and not constrained):
+        return None
+    reserve, share = 0, 0.0
+    if constrained:
+        assert plan is not None
+        bound = getattr(plan.grammar, "max_bytes", None)
+        reserve, share = (bound + 1 if bound is not None else 0), ANSWER_SHARE
+    return ConstraintPlan(
+        None, budget=budget, label="think", close=close, thinking=started,
+        think_open=think_open, reserve=reserve, reserve_share=share,
+    )  # fmt: skip
+
+
+def _constraint(
+    lm: LoadedModel, opts: ChatOptions, traits: Traits, tools: list[ToolSpec], started: bool
+) -> ConstraintPlan | None:
+    markers = traits.reasoning
+    close_token = markers.close_token if markers is not None and started else None
     if opts.tool_choice.mode != "none" and tools:
         if opts.grammar is not None:
             raise InvalidRequest("'response_format' cannot be combined with tools", param="response_format")
@@ -147,18 +224,16 @@ def _plan(
             parallel = supports_parallel_calls(lm.template.source)
         parallel = parallel and opts.tool_choice.mode != "function"
         tp = traits.tool_format.plan(tools, opts.tool_choice, parallel, lm.model.special_id)
-        if markers is not None:
+        if markers is not None and (opts.thinking or started):
             tp = think_first(tp, markers, started=started, special=lm.model.special_id)
         if tp.immediate:
-            return ConstraintPlan(tp.grammar, label="tools", budget=budget, budget_token=budget_token)
-        return ConstraintPlan(tp.grammar, tp.trigger_tokens, tp.trigger_text, budget, budget_token, "tools")
+            return ConstraintPlan(tp.grammar, label="tools")
+        return ConstraintPlan(tp.grammar, tp.trigger_tokens, tp.trigger_text, label="tools")
     if opts.grammar is None:
-        if budget is not None and budget_token is not None:  # nothing to constrain; the budget ends thinking
-            return ConstraintPlan(None, frozenset({budget_token}), None, budget, budget_token, "think")
         return None
-    if started and budget_token is not None:
+    if started and close_token is not None:
         # Think freely, then the answer follows the format from the end of thinking on.
-        return ConstraintPlan(opts.grammar, frozenset({budget_token}), None, budget, budget_token, "json")
+        return ConstraintPlan(opts.grammar, frozenset({close_token}), None, label="json")
     return ConstraintPlan(opts.grammar, label="json")
 
 

@@ -181,6 +181,9 @@ class _Split:
         self.out = setup.output() if setup is not None else None
         self.text = ""
         self.plain = ""
+        # Tokens generated before the answer's first piece: the reasoning's, when there is any.
+        self.before_answer = 0
+        self.answered = False
 
     def push(self, text: str) -> list[Piece]:
         self.text += text
@@ -188,6 +191,22 @@ class _Split:
             self.plain += text
             return [Piece("content", text)] if text else []
         return self.out.push(text)
+
+    def token(self, pieces: list[Piece]) -> list[Piece]:
+        """Count one generated token whose text gave `pieces`."""
+        if not self.answered:
+            if any(p.kind != "reasoning" for p in pieces):
+                self.answered = True
+            else:
+                self.before_answer += 1
+        return pieces
+
+    def reasoning_tokens(self, completion_tokens: int) -> int:
+        """The tokens spent thinking: every one before the answer began, when there was
+        reasoning (its close marker and the whitespace after it included)."""
+        if self.out is None or not self.out.reasoning:
+            return 0
+        return min(self.before_answer, completion_tokens)
 
     def finish(self) -> list[Piece]:
         return self.out.finish() if self.out is not None else []
@@ -225,7 +244,7 @@ class Generation:
             if isinstance(ev, TokenEvent):
                 if self.spec.keep_tokens:
                     self._kept[i].append(ev)
-                yield Delta(i, split.push(ev.text), ev)
+                yield Delta(i, split.token(split.push(ev.text)), ev)
             elif isinstance(ev, FinishEvent):
                 pieces = split.push(ev.text) + split.finish()
                 yield Done(await self._choice(i, ev), pieces)
@@ -262,13 +281,14 @@ class Generation:
         report = None
         if grammar is not None and grammar.schema is not None and grammar.unenforced:
             report = await asyncio.to_thread(check, grammar, content, complete=fin.reason == "stop")
+        usage = replace(fin.usage, reasoning_tokens=split.reasoning_tokens(fin.usage.completion_tokens))
         return Choice(
             index=i,
             text=split.text,
             content=content,
             reasoning=out.reasoning if out is not None else "",
             calls=out.calls if out is not None else [],
-            finish=fin,
+            finish=replace(fin, usage=usage),
             tokens=self._kept[i] if self.spec.keep_tokens else None,
             check=report,
         )

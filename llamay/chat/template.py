@@ -29,12 +29,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from jinja2 import TemplateError, TemplateSyntaxError, nodes
+from jinja2 import TemplateError, TemplateSyntaxError, meta, nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from ..errors import InvalidRequest, LlamayError
+from .polyfill import TemplateNeeds, detect_needs
 
 __all__ = ["CHATML_TEMPLATE", "ChatTemplate", "normalize_messages"]
 
@@ -159,11 +160,16 @@ class ChatTemplate:
         self._source = source
         self._bos_token = bos_token
         self._eos_token = eos_token
+        env = _build_environment()
         try:
-            self._template = _build_environment().from_string(source)
+            self._template = env.from_string(source)
+            variables = frozenset(meta.find_undeclared_variables(env.parse(source)))
         except TemplateSyntaxError as e:
             raise ValueError(f"chat template does not compile (line {e.lineno}): {e.message}") from e
+        self._typed_content = False
+        self._needs = TemplateNeeds()
         self._typed_content = self._requires_typed_content()
+        self._needs = detect_needs(self._probe, variables)
 
     @classmethod
     def chatml(cls) -> ChatTemplate:
@@ -179,6 +185,11 @@ class ChatTemplate:
         except (OSError, UnicodeDecodeError) as e:
             raise ValueError(f"cannot read chat template file {str(path)!r}: {e}") from e
         return cls(source, bos_token=bos_token, eos_token=eos_token)
+
+    @property
+    def needs(self) -> TemplateNeeds:
+        """The polyfills this template gets (probed at construction; see `chat.polyfill`)."""
+        return self._needs
 
     @property
     def source(self) -> str:
@@ -207,20 +218,19 @@ class ChatTemplate:
         idempotent) into prompt text.
 
         `tools` empty or None both reach the template as None (llama.cpp does the same; some
-        templates test `tools is not none`). A template that only reads list-of-parts content
-        (detected at load, as llama.cpp does) gets string content as one text part. `extra`
-        becomes further template variables and may override `bos_token`/`eos_token`/`documents`.
+        templates test `tools is not none`), or as [] for a template that fails on None. The
+        messages then get the template's polyfills (`needs`, see `chat.polyfill`). A template
+        that only reads list-of-parts content (detected at load, as llama.cpp does) gets string
+        content as one text part. `extra` becomes further template variables and may override
+        `bos_token`/`eos_token`/`documents` and the polyfills' variables.
         The result may start with the BOS text: see `strip_bos_eos` before tokenizing. Raises
         `InvalidRequest` for `raise_exception` calls ("chat template: <msg>"), sandbox
         violations and any other rendering error.
         """
-        normalized = normalize_messages(messages)
-        if self._typed_content:
-            for m in normalized:
-                if isinstance(m["content"], str):
-                    m["content"] = [{"type": "text", "text": m["content"]}]
+        normalized = self._needs.apply(normalize_messages(messages))
+        variables = {**self._needs.extra(tools), **extra}
         try:
-            return self._render(normalized, add_generation_prompt, list(tools) if tools else None, extra)
+            return self._render(self._typed(normalized), add_generation_prompt, self._needs.tools(tools), variables)
         except LlamayError:
             raise
         except _TemplateRaised as e:
@@ -284,6 +294,19 @@ class ChatTemplate:
         finally:
             _deadline.at = outer
         return "".join(out)
+
+    def _typed(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if not self._typed_content:
+            return messages
+        return [
+            {**m, "content": [{"type": "text", "text": m["content"]}]} if isinstance(m.get("content"), str) else m
+            for m in messages
+        ]
+
+    def _probe(
+        self, messages: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]] | None, extra: Mapping[str, Any]
+    ) -> str:
+        return self._render(self._typed(messages), True, list(tools) if tools is not None else None, extra)
 
     def _requires_typed_content(self) -> bool:
         # A few templates only read content as a list of {"type": "text"} parts. Detect them

@@ -27,8 +27,16 @@ class ConstraintPlan:
     so the same text quoted in content never triggers) or, for formats without such a
     token, once the generated text ends with `trigger_text`; the grammar then describes
     what follows the trigger. Before activation sampling is free (thinking, prose).
-    `budget_token`, with `budget`, forces that token (e.g. the end of thinking) once
-    `budget` tokens were generated without activation. `grammar` None: only the budget.
+    `grammar` None: only the thinking budget.
+
+    The thinking budget. While a think block is open (from the start when `thinking`, the
+    prompt having opened it; or once the output ends with `think_open`), the engine forces
+    `close` (the family's marker, one token or several: e.g. gpt-oss's channel switch), token
+    by token, as soon as `budget` tokens were generated or fewer than the answer's room is
+    left of `max_tokens`: `reserve_share` of `max_tokens`, or `reserve` tokens when that is
+    less (and set). A block the model closes itself (the output ends with `close`'s first token) is
+    not forced again, nor is a block opened after one closed. `budget_token` alone (older
+    callers) means `close=(budget_token,)` with `thinking` true.
     """
 
     grammar: Any
@@ -37,6 +45,29 @@ class ConstraintPlan:
     budget: int | None = None
     budget_token: int | None = None
     label: str = "grammar"
+    close: tuple[int, ...] = ()
+    thinking: bool = False
+    think_open: tuple[int, ...] = ()
+    reserve: int = 0
+    reserve_share: float = 0.0
+
+    @property
+    def close_tokens(self) -> tuple[int, ...]:
+        """The marker forced when the budget is spent (empty: no budget)."""
+        if self.close:
+            return self.close
+        return (self.budget_token,) if self.budget_token is not None else ()
+
+    @property
+    def starts_thinking(self) -> bool:
+        return self.thinking or (not self.close and self.budget_token is not None)
+
+    def answer_room(self, max_tokens: int | None) -> int:
+        """Tokens kept for the answer after the close, under `max_tokens`."""
+        if max_tokens is None:
+            return 0
+        share = int(self.reserve_share * max_tokens)
+        return min(self.reserve, share) if self.reserve else share
 
     @property
     def lazy(self) -> bool:

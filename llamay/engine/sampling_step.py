@@ -76,6 +76,7 @@ def sample_step(s: Sequence, logits: np.ndarray, model: StepModel, n_ctx: int) -
         return Outcome(finish=Finish("stop", n_extra=1))
     s.sampler.accept(token)
     s.tokens.append(token)
+    s.track_thinking(token)
     if s.constraint is not None and not s.constraint.consume(token):
         return Outcome(finish=Finish("error", f"the output left the required format: {s.constraint.error}"))
     pieces = model.pieces

@@ -50,6 +50,10 @@ class Sequence:
         self.text = TextStream(req.stop.stop)
         self.plan: ConstraintPlan | None = req.constraint
         self.active = False  # the plan's trigger fired (or it had none)
+        # The think block: open now; closed once (never forced again); close tokens still to force.
+        self.thinking = self.plan is not None and self.plan.starts_thinking
+        self.thought = False
+        self.forcing: list[int] = []
         self.constraint: Constraint | None = None
         self.mask: np.ndarray | None = None
         self.ngram: NgramPenalty | None = None
@@ -74,11 +78,45 @@ class Sequence:
             self.mask = allocate_mask(cache.tokenizer)
 
     def budget_token(self) -> int | None:
-        """The token to force now because the unconstrained budget ran out, if any."""
+        """The token to force now because the thinking budget is spent, if any (see
+        ConstraintPlan): the next one of the close marker once forcing has begun."""
         plan = self.plan
-        if plan is None or self.active or plan.budget is None or plan.budget_token is None:
+        if self.forcing:
+            return self.forcing[0]
+        if plan is None or not self.thinking or self.thought:
             return None
-        return plan.budget_token if self.n_generated >= plan.budget else None
+        close = plan.close_tokens
+        if not close:
+            return None
+        spent = plan.budget is not None and self.n_generated >= plan.budget
+        limit = self.request.stop.max_tokens
+        if limit is not None and plan.budget is None and not plan.reserve and not plan.reserve_share:
+            limit = None  # no budget and no room to keep: think to the end
+        if limit is not None and limit - self.n_generated <= plan.answer_room(limit) + len(close):
+            spent = True
+        if not spent:
+            return None
+        self.forcing = list(close)
+        return self.forcing[0]
+
+    def track_thinking(self, token: int) -> None:
+        """Follow the think block after `token` was accepted."""
+        plan = self.plan
+        if plan is None:
+            return
+        close = plan.close_tokens
+        if self.forcing:
+            if token == self.forcing[0]:
+                self.forcing.pop(0)
+            if not self.forcing:
+                self.thinking, self.thought = False, True
+            return
+        if self.thinking and close and token == close[0]:
+            self.thinking, self.thought = False, True
+        elif not self.thinking and not self.thought and plan.think_open:
+            n = len(plan.think_open)
+            if tuple(self.tokens[-n:]) == plan.think_open and len(self.tokens) - n >= self.n_prompt:
+                self.thinking = True
 
     def triggered(self, token: int) -> bool:
         plan = self.plan

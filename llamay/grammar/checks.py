@@ -9,7 +9,10 @@ from typing import Any
 
 import llguidance
 
-__all__ = ["count", "check_literals", "precise", "LiteralProblem"]
+__all__ = ["count", "check_literals", "precise", "LiteralProblem", "without_controls"]
+
+# C0 controls a grammar string cannot hold (only \b \f \n \r \t have short escapes).
+_UNWRITABLE = "\\x00-\\x07\\x0b\\x0e-\\x1f"
 
 
 class LiteralProblem(ValueError):
@@ -51,9 +54,9 @@ def check_literals(values: Any) -> None:
     while stack:
         v = stack.pop()
         if isinstance(v, str):
-            if any(ord(c) < 0x20 and c not in "\b\f\n\r\t" for c in v):
+            if any((ord(c) < 0x20 and c not in "\b\f\n\r\t") or c == "\x7f" for c in v):
                 raise LiteralProblem(
-                    "a string with a control character other than \\b\\f\\n\\r\\t cannot be generated",
+                    "a string with DEL or a control character other than \\b\\f\\n\\r\\t cannot be generated",
                     "unsupported JSON schema keyword",
                 )
         elif isinstance(v, float) and not math.isfinite(v):
@@ -63,3 +66,31 @@ def check_literals(values: Any) -> None:
             stack.extend(v.values())
         elif isinstance(v, list):
             stack.extend(v)
+
+
+def without_controls(pattern: str) -> str:
+    """`pattern` with every negated class also excluding the C0 controls a generated
+    string never holds (so the texts it can match are the same).
+
+    llguidance 1.9's JSON string quoting lets a negated class that excludes a backslash or
+    a quote through once the class also takes control characters: `[^\\\\]` matched the
+    text `"a\\\\b"`. Without the controls the quoting is exact."""
+    out: list[str] = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if c == "[" and not in_class:
+            in_class = True
+            if pattern.startswith("[^", i):
+                out.append("[^" + _UNWRITABLE)
+                i += 2
+                continue
+        elif c == "]" and in_class:
+            in_class = False
+        out.append(c)
+        i += 1
+    return "".join(out)

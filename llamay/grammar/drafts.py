@@ -10,7 +10,10 @@ between drafts is decided here, per schema object:
 - boolean `exclusiveMinimum`/`exclusiveMaximum` (draft 4) become numeric;
 - `dependencies` splits into `dependentRequired` (array form) and `dependentSchemas`;
 - array-form `items` + `additionalItems` become `prefixItems` + `items`;
-- `$recursiveRef` (2019-09) is resolved like a `$ref` (see `Resolver.dynamic`).
+- `$recursiveRef` (2019-09) is resolved like a `$ref` (see `Resolver.dynamic`);
+- keywords a declared draft does not have (`const` and `contains` in draft 4, `if` before
+  draft 7, `dependentRequired` or `prefixItems` before 2019-09/2020-12, ...) are unknown
+  there, so annotations, and are dropped.
 
 A schema without `$schema` (or with an unknown one) is read as 2020-12, tolerating older
 forms where they cannot mean anything else (`definitions`, `dependencies`, boolean
@@ -35,6 +38,18 @@ _DRAFTS = {
     "json-schema.org/draft/2020-12/schema": "draft2020-12",
 }
 OLD = ("draft4", "draft6", "draft7")  # $ref siblings ignored, `definitions`, `dependencies`
+# Assertions and applicators a declared draft does not have (later drafts added them):
+# there they are unknown keywords, so annotations.
+_SINCE_2019 = (
+    "dependentRequired", "dependentSchemas", "unevaluatedItems", "unevaluatedProperties",
+    "minContains", "maxContains",
+)  # fmt: skip
+_LATER: dict[str, tuple[str, ...]] = {
+    "draft4": ("const", "contains", "propertyNames", "if", "then", "else", *_SINCE_2019, "prefixItems"),
+    "draft6": ("if", "then", "else", *_SINCE_2019, "prefixItems"),
+    "draft7": (*_SINCE_2019, "prefixItems"),
+    "draft2019-09": ("prefixItems",),
+}
 
 Target = tuple[Any, str, str]  # (subschema, its base URI, its JSON pointer from the root)
 
@@ -63,6 +78,9 @@ def translate(node: dict[str, Any], draft: str, declared: bool) -> dict[str, Any
     if draft in OLD and "$ref" in node:
         return {"$ref": node["$ref"]}
     out = dict(node)
+    if declared:
+        for key in _LATER.get(draft, ()):
+            out.pop(key, None)  # not a keyword of this draft: an annotation
     if draft == "draft4":
         out.pop("id", None)
     for key, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):

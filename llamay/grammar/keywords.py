@@ -7,8 +7,9 @@ The options (`JSON_OPTIONS`) are chosen so that every text the grammar allows is
 - `\\u` escapes are disabled. llguidance lets keys of additional/pattern properties
   spell a declared name with escapes (`"\\u0061"` is `"a"`), which would bypass that
   property's schema. Without `\\u` every string has exactly one spelling; the price is
-  that C0 control characters other than \\b \\f \\n \\r \\t cannot be generated, so a
-  const/enum string containing one is refused, and non-ASCII is emitted as raw UTF-8.
+  that C0 control characters other than \\b \\f \\n \\r \\t, and DEL (which llguidance
+  writes only escaped), cannot be generated, so a const/enum string containing one is
+  refused, and non-ASCII is emitted as raw UTF-8.
 - whitespace is JSON whitespace in bounded runs (one optional newline, then at most 40
   spaces/tabs), so compact, spaced and indented output all match but a model cannot
   loop on blank lines. None before or after the top-level value.

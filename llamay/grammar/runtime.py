@@ -36,13 +36,16 @@ def byte_tokenizer() -> llguidance.LLTokenizer:
 def parser_limits() -> llguidance.LLParserLimits:
     """Limits that bound compile time, memory and per-token work for one grammar.
 
-    The values are llguidance's defaults except `verbose_errors`: verbose errors dump the
-    parser state and the whole grammar into the message, which is noise for an API caller
-    (and large). Exceeding a limit shows up as a compile error (GrammarError) or, while
-    generating, as a matcher error that ends the request.
+    The values are llguidance's defaults except `verbose_errors` (verbose errors dump the
+    parser state and the whole grammar into the message, which is noise for an API caller,
+    and large) and `max_items_in_row`: real-world schemas with recursive, many-branched
+    definitions (the TextMate grammar schema: 2,723 items after `{"patterns":[{`) exceed
+    the default 2,000, and every valid output then ends in a matcher error; the per-mask
+    `step_max_items` still bounds the work. Exceeding a limit shows up as a compile error
+    (GrammarError) or, while generating, as a matcher error that ends the request.
     """
     return llguidance.LLParserLimits(
-        max_items_in_row=2000,
+        max_items_in_row=10_000,
         initial_lexer_fuel=1_000_000,  # ~20 ms of regex analysis at compile time
         step_lexer_fuel=200_000,  # ~15 ms of lexer work per token at most
         step_max_items=50_000,

@@ -6,8 +6,10 @@ soundly (with the options of `keywords.JSON_OPTIONS` / .shape), then handed to i
 - draft differences are translated per schema object (.drafts); every local `$ref`
   (pointer, `$id`, anchor, `$recursiveRef`, simple `$dynamicRef`) is resolved here and
   rewritten to `#/$defs/rN`, a hoisted copy of its compiled target;
-- annotations and unknown keywords (vendor keywords, typos, formats not in
-  `keywords.FORMATS`) never constrain anything, so they are dropped;
+- annotations and unknown keywords (vendor keywords, typos, formats llamay does not
+  enforce: those not in `keywords.FORMATS` or `formats.PATTERN_FORMATS`) never constrain
+  anything, so they are dropped; json-pointer, relative-json-pointer and uri-template
+  become patterns;
 - assertions a grammar cannot express directly are rewritten where the rewrite is exact:
   `not` (.negation), provably exclusive `oneOf` (.oneof) as anyOf, if/then/else,
   dependentRequired/dependentSchemas, unevaluated* without applicators;
@@ -29,8 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GrammarError
-from .checks import LiteralProblem, check_literals, count, precise
+from .checks import LiteralProblem, check_literals, count, precise, without_controls
 from .drafts import ROOT_URI, Resolver, draft_of, pointer, translate
+from .formats import PATTERN_FORMATS
 from .keywords import COUNTS, ENFORCED, FORMAT_FIXES, FORMATS, UNSUPPORTED
 from .negation import Negation
 from .oneof import exclusive
@@ -168,14 +171,23 @@ class _Compiler:
             here = pointer(path, key)
             if key == "multipleOf" and not precise(value):
                 self.cannot(key, path, "too many significant digits")
+            elif key == "format" and value in PATTERN_FORMATS:
+                extra.append({"pattern": PATTERN_FORMATS[value]})
             elif key in _SIMPLE:
                 checked = _simple(key, value, path)
                 if checked is not _DROP:
-                    out[key] = checked
+                    out[key] = (
+                        without_controls(checked)
+                        if key == "pattern" and isinstance(checked, str)
+                        else checked
+                    )
             elif key in ("properties", "patternProperties"):
                 if not isinstance(value, dict) or not all(isinstance(v, dict | bool) for v in value.values()):
                     raise _fail(key, path, "must map names to schemas", "invalid JSON schema keyword")
-                out[key] = {k: self.walk(v, pointer(here, k), base, depth + 1, ctx) for k, v in value.items()}
+                rename = without_controls if key == "patternProperties" else str
+                out[key] = {
+                    rename(k): self.walk(v, pointer(here, k), base, depth + 1, ctx) for k, v in value.items()
+                }
             elif key in ("additionalProperties", "items"):
                 if not isinstance(value, dict | bool):
                     raise _fail(key, path, "must be a schema", "invalid JSON schema keyword")
@@ -215,6 +227,12 @@ class _Compiler:
                 path,
                 "needs two or more keys beyond 'required', and generated additional keys may repeat",
             )
+        for key in ("maxLength", "minLength"):
+            if key in out and costly_with_pattern(out.get("pattern"), out[key]):
+                del out[key]
+                self.cannot(
+                    key, path, "too large to combine with this pattern's counted repetitions while sampling"
+                )
         fix = FORMAT_FIXES.get(out.get("format", ""))
         if fix is not None:
             extra.append(fix)
@@ -364,6 +382,23 @@ def _simple(key: str, value: Any, path: str) -> Any:
     except LiteralProblem as e:
         raise _fail(key, path, e.reason, e.what) from None
     return value
+
+
+# llguidance intersects a string's pattern with its length bound lexically; the automaton
+# grows with (the largest counted repetition of the pattern) x (the bound), and past about
+# this product its lexer runs out of fuel while generating (the matcher then fails at the
+# first bytes, refusing every value). Measured with the byte tokenizer: 99 x 500 works,
+# 99 x 1000 fails.
+_LEXER_PRODUCT = 50_000
+_COUNTED = re.compile(r"\{([0-9]{1,9})(?:,([0-9]{0,9}))?\}")
+
+
+def costly_with_pattern(pattern: Any, bound: Any) -> bool:
+    """Whether a length `bound` next to `pattern` would exhaust llguidance's lexer."""
+    if not isinstance(pattern, str) or not isinstance(bound, int):
+        return False
+    counts = [int(hi) if hi else int(lo) for lo, hi in _COUNTED.findall(pattern)]
+    return bool(counts) and max(counts) * bound > _LEXER_PRODUCT
 
 
 def _unique_is_noop(node: dict[str, Any]) -> bool:

@@ -13,7 +13,8 @@ declared draft, made safe for untrusted schemas:
 - at most MAX_ERRORS violations are collected, each message is truncated.
 
 `format` is checked for the formats the grammar compiler enforces (keywords.FORMATS)
-where a checker is available. It runs in the caller's thread and may take milliseconds.
+where a checker is available, and for those it enforces as patterns
+(formats.PATTERN_FORMATS). It runs in the caller's thread and may take milliseconds.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ import referencing
 import referencing.exceptions
 
 from ..errors import GrammarError
+from .checks import without_controls
 from .drafts import draft_of
+from .formats import PATTERN_FORMATS, check_format
 from .grammar import Grammar
 from .keywords import FORMATS
 
@@ -48,6 +51,9 @@ _VALIDATORS = {
     "draft2019-09": jsonschema.Draft201909Validator,
     "draft2020-12": jsonschema.Draft202012Validator,
 }
+
+
+_CONTROLS = re.compile("[\x00-\x07\x0b\x0e-\x1f]")
 
 
 class UncheckablePattern(ValueError):
@@ -68,6 +74,8 @@ def _pattern_grammar(pattern: str) -> Grammar:
 def safe_search(pattern: str, text: str) -> bool:
     """Whether `pattern` matches somewhere in `text` (JSON Schema `pattern` semantics),
     in time linear in len(text); UncheckablePattern if the engine refuses the pattern."""
+    if not _CONTROLS.search(text):
+        pattern = without_controls(pattern)  # exact for such texts; see checks.without_controls
     return _pattern_grammar(pattern).matches(json.dumps(text, ensure_ascii=False).encode())
 
 
@@ -139,11 +147,18 @@ _TIME = re.compile(
 )
 
 
+def _late(name: str, value: object) -> bool:
+    return not isinstance(value, str) or check_format(name, value)
+
+
 def _format_checker() -> jsonschema.FormatChecker:
     checker = jsonschema.FormatChecker(formats=())
     for name, entry in jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers.items():
         if name in FORMATS:
             checker.checkers[name] = entry
+
+    for name in PATTERN_FORMATS:
+        checker.checks(name)(functools.partial(_late, name))
 
     @checker.checks("time")
     def _time(value: object) -> bool:  # RFC 3339 full-time

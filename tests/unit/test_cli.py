@@ -11,7 +11,17 @@ from llamay.cli.serve import banner_table, parse_addr
 @pytest.mark.parametrize("dash", ["-", "--"])
 def test_every_serve_flag_takes_one_or_two_dashes(dash: str) -> None:
     args = build_parser().parse_args(
-        ["serve", f"{dash}addr", "127.0.0.1:9", f"{dash}concurrency", "3", f"{dash}ctx", "512", f"{dash}threads", "1"]
+        [
+            "serve",
+            f"{dash}addr",
+            "127.0.0.1:9",
+            f"{dash}concurrency",
+            "3",
+            f"{dash}ctx",
+            "512",
+            f"{dash}threads",
+            "1",
+        ]
     )
     assert (args.addr, args.concurrency, args.ctx, args.threads) == ("127.0.0.1:9", 3, 512, 1)
 
@@ -49,7 +59,9 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_stats_line_format() -> None:
     line = stats_line(25, 175.0, 90, 7357.0, "length")
-    assert line == "prompt 25 tokens in 175ms (142.9 tok/s) · generated 90 in 7.357s (12.2 tok/s) · stop: length"
+    assert (
+        line == "prompt 25 tokens in 175ms (142.9 tok/s) · generated 90 in 7.357s (12.2 tok/s) · stop: length"
+    )
 
 
 def test_logfmt_line() -> None:

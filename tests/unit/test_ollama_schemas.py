@@ -33,7 +33,12 @@ def test_keep_alive_refuses_anything_else(value: Any) -> None:
 def test_options_default_to_ollamas_sampling() -> None:
     gen = parse_options(None)
     assert gen.sampling == SamplingParams(
-        temperature=0.8, top_k=40, top_p=0.9, repeat_penalty=1.1, repeat_last_n=64, seed=None,
+        temperature=0.8,
+        top_k=40,
+        top_p=0.9,
+        repeat_penalty=1.1,
+        repeat_last_n=64,
+        seed=None,
         dry_sequence_breakers=DRY_BREAKERS,  # llama-server's, used when DRY is on
     )
     assert (gen.stop, gen.num_predict, gen.num_ctx, gen.repeat_whole_context) == ((), None, None, False)

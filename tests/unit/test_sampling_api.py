@@ -78,7 +78,13 @@ def test_unimplemented_llama_samplers_are_400_unless_off(name: str, value: Any) 
     with pytest.raises(InvalidRequest) as err:
         parse_chat({**CHAT, name: value})
     assert err.value.param == name
-    off = {"dynatemp_range": 0, "dynatemp_exponent": 1.0, "top_n_sigma": -1, "min_keep": 0, "penalize_nl": False}
+    off = {
+        "dynatemp_range": 0,
+        "dynatemp_exponent": 1.0,
+        "top_n_sigma": -1,
+        "min_keep": 0,
+        "penalize_nl": False,
+    }
     assert parse_chat({**CHAT, **off}).common.sampling == parse_chat(CHAT).common.sampling
 
 
@@ -95,7 +101,14 @@ def test_ollama_penalize_newline_false_is_refused() -> None:
 
 
 def test_defaults_chain_under_the_request() -> None:
-    defaults = {"temperature": 0.3, "top_k": 20, "mirostat": 2, "repeat_last_n": -1, "stop": ["x"], "num_ctx": 9}
+    defaults = {
+        "temperature": 0.3,
+        "top_k": 20,
+        "mirostat": 2,
+        "repeat_last_n": -1,
+        "stop": ["x"],
+        "num_ctx": 9,
+    }
     common = with_defaults(parse_chat({**CHAT, "temperature": 0.9}).common, defaults)
     s = common.sampling
     assert (s.temperature, s.top_k, s.mirostat, s.repeat_last_n) == (0.9, 20, 2, 64)

@@ -186,7 +186,9 @@ def test_plan_rejects_a_schema_it_cannot_enforce() -> None:
     from llamay.errors import GrammarError
 
     bad: Any = ToolSpec(
-        "x", parameters={"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}, strict=True
+        "x",
+        parameters={"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}},
+        strict=True,
     )
     with pytest.raises(GrammarError):
         FORMATS["hermes"].plan([bad], AUTO, False, no_special)

@@ -51,7 +51,16 @@ def test_parse_tools_valid() -> None:
         ([fn("a", parameters=[1])], "tools[0].function.parameters"),
         ([fn("a"), fn("b", parameters={"type": "string"})], "tools[1].function.parameters"),
         (
-            [fn("a", parameters={"type": "object", "properties": {"x": {"type": "array", "uniqueItems": True}}}, strict=True)],
+            [
+                fn(
+                    "a",
+                    parameters={
+                        "type": "object",
+                        "properties": {"x": {"type": "array", "uniqueItems": True}},
+                    },
+                    strict=True,
+                )
+            ],
             "tools[0].function.parameters",
         ),  # fmt: skip
         ([fn("a", parameters={"type": "object", "required": "x"})], "tools[0].function.parameters"),
@@ -65,7 +74,11 @@ def test_parse_tools_errors_name_the_field(tools: Any, param: str) -> None:
 
 
 def test_schema_error_is_a_grammar_error() -> None:
-    bad = fn("a", strict=True, parameters={"type": "object", "properties": {"u": {"type": "array", "uniqueItems": True}}})
+    bad = fn(
+        "a",
+        strict=True,
+        parameters={"type": "object", "properties": {"u": {"type": "array", "uniqueItems": True}}},
+    )
     with pytest.raises(GrammarError) as e:
         parse_tools([bad])
     assert e.value.param == "tools[0].function.parameters"
@@ -74,11 +87,16 @@ def test_schema_error_is_a_grammar_error() -> None:
 def test_unenforceable_keywords_are_refused_even_without_strict() -> None:
     # A call either fits its tool's signature or is not produced; annotations (an unknown
     # format, a vendor keyword) are no reason to refuse.
-    loose = fn("a", parameters={"type": "object", "properties": {"u": {"type": "array", "contains": {"const": 1}}}})
+    loose = fn(
+        "a", parameters={"type": "object", "properties": {"u": {"type": "array", "contains": {"const": 1}}}}
+    )
     with pytest.raises(GrammarError) as e:
         parse_tools([loose])
     assert "contains" in e.value.message and e.value.param == "tools[0].function.parameters"
-    fine = fn("a", parameters={"type": "object", "properties": {"u": {"type": "string", "format": "bogus", "x-ui": 1}}})
+    fine = fn(
+        "a",
+        parameters={"type": "object", "properties": {"u": {"type": "string", "format": "bogus", "x-ui": 1}}},
+    )
     assert parse_tools([fine])[0].name == "a"
 
 

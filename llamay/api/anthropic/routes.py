@@ -22,6 +22,7 @@ from ...errors import EngineError, LlamayError, ModelNotFound
 from ...runtime import LoadedModel
 from ..errors import error_body, error_response
 from ..http import json_response, read_json, sse_response, until_disconnect
+from ..state import state_of
 from . import adapter
 from .blocks import BlockAssembler
 from .content import MARK
@@ -38,7 +39,7 @@ async def _model(request: Request, name: str) -> LoadedModel:
     """The model `name` ("" is the default), loaded on demand when the runtime can. An
     Anthropic model id ("claude-...") that names no model here means the default, so code
     written for Anthropic runs unchanged; any other unknown name is ModelNotFound (404)."""
-    runtime = request.app.state.runtime
+    runtime = state_of(request).runtime
     use = getattr(runtime, "use", None)
     try:
         lm: LoadedModel = await use(name) if use is not None else runtime.get(name)
@@ -97,7 +98,7 @@ class _Run:
 
 
 async def create_message(request: Request) -> Response:
-    runtime = request.app.state.runtime
+    runtime = state_of(request).runtime
     # Parsing compiles schemas and tool specs: CPU work, off the event loop.
     req = await asyncio.to_thread(parse_messages_request, await read_json(request))
     lm = await _model(request, req.model)

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...chat.fim import fim_prompt
-from ...chat.flow import ChatOptions, Piece
+from ...chat.flow import ChatOptions, Piece, effort_budget
 from ...chat.pipeline import Choice, Delta, Generation, Prompt, chat_prompt, start, text_prompt
 from ...chat.tools import ToolChoice
 from ...errors import Forbidden, InvalidRequest, LlamayError
@@ -21,6 +21,7 @@ from ...runtime import MANAGE_MODELS, LoadedModel
 from ...types import FinishEvent
 from ..errors import error_body
 from ..http import read_json, until_disconnect
+from ..state import state_of
 from . import adapter
 from .common import (
     loaded_alias,
@@ -72,6 +73,7 @@ async def chat(request: Request) -> Response:
         tool_choice=ToolChoice("auto" if req.tools else "none"),
         grammar=c.grammar,
         thinking=c.think is not False,
+        thinking_budget=effort_budget(c.think_level),
         template_kwargs=_think_kwargs(c),
         finish_tool=False,  # not an Ollama concept: with tools the model may answer in text
     )
@@ -144,7 +146,7 @@ async def _load_or_unload(request: Request, c: Common, *, chat: bool) -> Respons
         if not MANAGE_MODELS.get():
             raise Forbidden("unloading a model needs an admin key")
         unload = runtime_feature(request, "runtime", "unload")
-        await unload(loaded_alias(request.app.state.runtime, c.model))
+        await unload(loaded_alias(state_of(request).runtime, c.model))
         reason = "unload"
     else:
         await use_model(request, c.model, c.keep_alive)
@@ -161,7 +163,7 @@ async def _run(request: Request, turn: Turn, prompt: Prompt) -> Response:
             lm.name,
             lm.engine.n_ctx,
         )
-    default_max = request.app.state.runtime.config.max_tokens
+    default_max = state_of(request).runtime.config.max_tokens
     spec = adapter.run_spec(gen, lm.engine.n_ctx, default_max=default_max)
     run = await start(lm, prompt, replace(spec, keep_tokens=True))
     if turn.common.stream:

@@ -21,6 +21,7 @@ from ...runtime import LoadedModel
 from ...store.gguf_header import HeaderCache
 from ..errors import error_response
 from ..http import ndjson_response as guarded_ndjson
+from ..state import state_of
 from .adapter import nanos
 
 __all__ = [
@@ -76,7 +77,7 @@ def ndjson_response(lines: AsyncIterator[bytes]) -> StreamingResponse:
 def runtime_feature(request: Request, owner: str, name: str) -> Any:
     """`runtime.<name>` (owner "runtime") or `runtime.store.<name>` (owner "store"), or
     NotSupported naming what is missing."""
-    runtime = request.app.state.runtime
+    runtime = state_of(request).runtime
     target = runtime if owner == "runtime" else getattr(runtime, "store", None)
     found = getattr(target, name, None) if target is not None else None
     if found is None:
@@ -86,17 +87,14 @@ def runtime_feature(request: Request, owner: str, name: str) -> Any:
 
 
 def headers(request: Request) -> HeaderCache:
-    """The app's GGUF header cache (created on first use)."""
-    cache = getattr(request.app.state, "ollama_headers", None)
-    if cache is None:
-        cache = request.app.state.ollama_headers = HeaderCache()
-    return cache
+    """The app's GGUF header cache."""
+    return state_of(request).ollama_headers
 
 
 async def use_model(request: Request, name: str, keep_alive: float | None) -> tuple[LoadedModel, int]:
     """The model `name`, loading it if the runtime can (`runtime.use`); else one already
     loaded (`runtime.get`, keep_alive ignored). Returns it and the nanoseconds spent."""
-    runtime = request.app.state.runtime
+    runtime = state_of(request).runtime
     t0 = time.perf_counter()
     use = getattr(runtime, "use", None)
     if use is not None:
@@ -135,4 +133,4 @@ def _defaults(runtime: Any, lm: LoadedModel) -> tuple[dict[str, Any], str | None
 async def model_defaults(request: Request, lm: LoadedModel) -> tuple[dict[str, Any], str | None]:
     """A model's parameters (see `effective_params`) and default system prompt (set by
     `create`, else None)."""
-    return await asyncio.to_thread(_defaults, request.app.state.runtime, lm)
+    return await asyncio.to_thread(_defaults, state_of(request).runtime, lm)

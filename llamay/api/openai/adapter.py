@@ -50,12 +50,16 @@ def usage_json(usages: list[Usage]) -> dict[str, Any]:
     prompt = usages[0].prompt_tokens if usages else 0
     completion = sum(u.completion_tokens for u in usages)
     cached = usages[0].cached_tokens if usages else 0
-    return {
+    out: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": cached},
     }
+    reasoning = sum(u.reasoning_tokens for u in usages)
+    if reasoning:  # of completion_tokens, those spent thinking
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return out
 
 
 def _text_of(token_bytes: bytes) -> str:

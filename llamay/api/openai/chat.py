@@ -20,6 +20,7 @@ from ...types import Usage
 from ..errors import openai_error_body
 from ..http import json_response, read_json, sse_frame, sse_response, until_disconnect
 from ..sessions import held_context
+from ..state import state_of
 from . import adapter
 from .schemas import ChatRequest, Common, parse_chat, with_defaults
 
@@ -44,7 +45,7 @@ def run_spec(
 
 
 async def chat_completions(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
+    runtime: Runtime = state_of(request).runtime
     # Parsing compiles schemas and tool specs: CPU work, off the event loop.
     req = await asyncio.to_thread(parse_chat, await read_json(request))
     lm = await runtime.use(req.common.model)

@@ -29,8 +29,9 @@ from ...errors import Conflict, InvalidRequest, LlamayError, TooManyRequests
 from ...kv.contexts import ContextRecord
 from ...runtime import LoadedModel, Runtime
 from ..authn import principal_of
-from ..contexts import contexts_of, enforce_quota, owner_check, single_user
 from ..http import json_response, read_json, sse_response, until_disconnect
+from ..state import state_of
+from ..tenancy import contexts_of, enforce_quota, owner_check, single_user
 from .responses_render import ResponseBuilder, base_json
 from .responses_schema import ResponsesRequest, conversation_messages, item_id, parse_responses
 from .responses_store import ResponseStore, StoredResponse, page
@@ -39,12 +40,8 @@ __all__ = ["responses_routes", "store_of"]
 
 
 def store_of(request: Request) -> ResponseStore:
-    """The app's response store, made on first use."""
-    state = request.app.state
-    store = getattr(state, "responses", None)
-    if store is None:
-        store = state.responses = ResponseStore(contexts_of(request))
-    return store
+    """The app's response store."""
+    return state_of(request).responses
 
 
 @dataclass
@@ -90,7 +87,7 @@ class Turn:
 
 
 async def create_response(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
+    runtime: Runtime = state_of(request).runtime
     body = await read_json(request)
     # Off the event loop: parsing compiles the tools' and the format's schemas.
     req = await asyncio.to_thread(parse_responses, body)

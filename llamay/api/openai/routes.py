@@ -24,6 +24,7 @@ from ..anthropic import models as anthropic_models
 from ..embeddings import find_encoder, served_encoders
 from ..http import json_response, read_json, sse_response, until_disconnect
 from ..sessions import held_context
+from ..state import state_of
 from . import adapter
 from .chat import chat_completions, run_spec, stream_frames
 from .schemas import Common, parse_completion, with_defaults
@@ -46,7 +47,7 @@ def completion_prompt(
 
 
 async def completions(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
+    runtime: Runtime = state_of(request).runtime
     # Parsing compiles schemas and tool specs: CPU work, off the event loop.
     req = await asyncio.to_thread(parse_completion, await read_json(request))
     common = req.common
@@ -131,7 +132,7 @@ def _completion_frames(
 async def list_models(request: Request) -> Response:
     if anthropic_models.speaks_anthropic(request):
         return await anthropic_models.list_models(request)
-    runtime: Runtime = request.app.state.runtime
+    runtime: Runtime = state_of(request).runtime
     models = runtime.models()
     sampling = [await sampling_defaults(runtime, m) for m in models]
     data = [model_json(m, s) for m, s in zip(models, sampling, strict=True)]
@@ -143,7 +144,7 @@ async def list_models(request: Request) -> Response:
 async def get_model(request: Request) -> Response:
     if anthropic_models.speaks_anthropic(request):
         return await anthropic_models.get_model(request)
-    runtime: Runtime = request.app.state.runtime
+    runtime: Runtime = state_of(request).runtime
     name = request.path_params["model"]
     try:
         m = runtime.get(name)

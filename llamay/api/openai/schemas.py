@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ...chat.flow import ChatOptions
+from ...chat.flow import ChatOptions, effort_budget
 from ...chat.tools import parse_tool_choice, parse_tools
 from ...engine.repetition import RepetitionParams
 from ...errors import InvalidRequest
@@ -290,10 +290,15 @@ def chat_options(f: Fields, messages: list[dict[str, Any]], grammar: Grammar | N
         parallel_tool_calls=f.flag("parallel_tool_calls", None),  # None: the template decides
         grammar=grammar,
         thinking=thinking,
-        thinking_budget=f.integer("reasoning_budget_tokens", None, lo=0),
+        thinking_budget=_budget(f.integer("reasoning_budget_tokens", None, lo=0), effort),
         template_kwargs=kwargs,
         finish_tool=finish,
     )
+
+
+def _budget(tokens: int | None, effort: str | None) -> int | None:
+    """`reasoning_budget_tokens`, else the budget of `reasoning_effort`'s level."""
+    return tokens if tokens is not None else effort_budget(effort)
 
 
 def parse_completion(body: Any) -> CompletionRequest:

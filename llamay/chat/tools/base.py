@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...grammar import Grammar
-from .spec import ToolChoice, ToolSpec, args_rule
+from ..template import normalize_messages
+from .spec import ToolChoice, ToolSpec, args_rule, openai_tools
 
 if TYPE_CHECKING:
     from ..reasoning import ReasoningMarkers
@@ -24,11 +25,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Special",
+    "TemplateFormat",
     "ToolFormat",
     "ToolPlan",
     "LarkRules",
     "lit",
     "marker",
+    "seq",
+    "raw_until",
     "chosen_tools",
     "marked_plan",
     "think_first",
@@ -85,6 +89,20 @@ class ToolFormat(Protocol):
         ...
 
 
+class TemplateFormat:
+    """Defaults for a format whose templates render the OpenAI-shaped `tools` and the
+    history (assistant `tool_calls`, `tool` results) themselves. `interrupts`: markers
+    of this format's calls that end an unclosed think block (see ReasoningMarkers)."""
+
+    name = ""
+    interrupts: tuple[str, ...] = ()
+
+    def prepare(
+        self, messages: list[dict[str, Any]], tools: list[ToolSpec]
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        return normalize_messages(messages), ({"tools": openai_tools(tools)} if tools else {})
+
+
 def chosen_tools(tools: Sequence[ToolSpec], choice: ToolChoice) -> list[ToolSpec]:
     """The tools the grammar may call under `choice`."""
     if choice.mode == "none":
@@ -109,6 +127,58 @@ def marker(text: str, special: Special) -> str:
     return f"<[{token}]>" if token is not None else lit(text)
 
 
+# Spellings of control tokens: <|x|>, <｜x｜> (DeepSeek), [X] (Mistral), <x> / </x>.
+_TOKENISH = re.compile(r"<\|[^<>|\s]{1,40}\|>|<｜[^<>｜]{1,40}｜>|\[/?[A-Z_]{2,24}\]|</?[A-Za-z_:.]{1,32}>")
+
+
+def seq(text: str, special: Special) -> str:
+    """`text` as Lark, each part of it that is one special token of the model as that
+    token (see `marker`), the rest as literals."""
+    parts: list[str] = []
+    at = 0
+    for m in _TOKENISH.finditer(text):
+        token = special(m.group())
+        if token is None:
+            continue
+        if m.start() > at:
+            parts.append(lit(text[at : m.start()]))
+        parts.append(f"<[{token}]>")
+        at = m.end()
+    if at < len(text) or not parts:
+        parts.append(lit(text[at:]))
+    return " ".join(parts)
+
+
+def raw_until(rules: LarkRules, close: str, special: Special) -> str:
+    """Any text up to the first `close` and `close` itself: the special token when it is
+    one (text cannot contain it), else a lazy regex that ends at its first occurrence."""
+    token = special(close)
+    if token is not None:
+        return f"/(?s:.*)/ <[{token}]>"
+    name = "raw_" + "".join(f"{ord(c):x}" for c in close)[:48]
+    return rules.add(f"{name}[lazy]", f"/(?s:.*){regex_text(close)}/")
+
+
+def regex_text(text: str) -> str:
+    """`text` escaped for a Lark regex literal (`/.../`); `<` as `\\x3C`, so that a tag
+    in the regex never reads as a token reference (see Grammar.uses_tokens)."""
+    out = []
+    for c in text:
+        if c == "<":
+            out.append("\\x3C")
+        elif c == "\n":
+            out.append("\\n")
+        elif c == "\t":
+            out.append("\\t")
+        elif c == "\r":
+            out.append("\\r")
+        elif c in "\\.+*?()|[]{}^$/#&-~":
+            out.append("\\" + c)
+        else:
+            out.append(c)
+    return "".join(out)
+
+
 class LarkRules:
     """Accumulates named rules; `grammar(start)` compiles them with `start` as root."""
 
@@ -117,10 +187,11 @@ class LarkRules:
         self._names: set[str] = set()
 
     def add(self, name: str, body: str) -> str:
+        """Define rule `name` (once; `name[lazy]` defines a lazy `name`); its reference."""
         if name not in self._names:
             self._names.add(name)
             self._rules.append(f"{name}: {body}")
-        return name
+        return name.split("[", 1)[0]
 
     def args(self, index: int, tool: ToolSpec) -> str:
         """The rule for tool `index`'s arguments object."""
@@ -176,18 +247,19 @@ def think_first(plan: ToolPlan, markers: ReasoningMarkers, *, started: bool, spe
     when the prompt already opened the think block (`started`) the calls would land
     inside it, where the reasoning parser never hands them to the tool parser. With it:
     `started` -> free reasoning, the close marker, then the calls; otherwise an optional
-    whole think block first. Lazy plans are returned unchanged: their trigger comes
-    after any thinking.
+    whole think block first (for harmony, the analysis message and the start of the
+    next one). Lazy plans are returned unchanged: their trigger comes after any thinking.
     """
     if not plan.immediate:
         return plan
     close = special(markers.close_tag)
     # Free text ending at the real close token, or (lazy rule) at the first close tag.
     think = f"/(?s:.*)/ <[{close}]>" if close is not None else "think_text"
-    block = think if started else f"{marker(markers.open_tag, special)} {think}"
+    if markers.resume:
+        think += " " + seq(markers.resume, special)
+    block = think if started else f"{seq(markers.open_tag, special)} {think}"
     lark = plan.grammar.lark.replace("start:", "tool_calls:", 1)
     rules = [f"start: {block} ws? tool_calls" if started else f"start: ({block} ws?)? tool_calls", lark]
     if close is None:
-        tag = re.escape(markers.close_tag).replace("/", "\\/")  # `/` ends a Lark regex
-        rules.append(f"think_text[lazy]: /(?s:.*){tag}/")
+        rules.append(f"think_text[lazy]: /(?s:.*){regex_text(markers.close_tag)}/")
     return ToolPlan(Grammar.from_lark("\n".join(rules), param="tools"), immediate=True)

@@ -1,9 +1,11 @@
-"""One call block of the stream parser: the JSON after an opening marker, scanned as it
-arrives, turned into call starts, argument fragments and content.
+"""A JSON call block of the stream parser: the JSON after an opening marker, scanned as
+it arrives, turned into call starts, argument fragments and content.
 
 Which JSON values are calls is the format's `CallSyntax`: the path pattern of call
 objects (`()` the root object, `("*",)` each array element, ...), the keys holding the
-arguments and, for the generic format, the path of a plain `response` string.
+name and the arguments and, for the generic format, the path of a plain `response`
+string. A format whose calls are not one JSON value gives a `program` instead (see
+program.py), which may still use this scanner for the JSON parts.
 """
 
 from __future__ import annotations
@@ -11,11 +13,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .deltas import ContentDelta, Delta, ToolArgsDelta, ToolCallStart
 from .jsonscan import JsonScanner, Path
 
-__all__ = ["CallSyntax", "Block", "CallRecord"]
+if TYPE_CHECKING:
+    from .program import BlockIO, Program
+
+__all__ = ["CallSyntax", "Block", "CallRecord", "SummaryListener", "decoded_args"]
 
 
 @dataclass(frozen=True)
@@ -25,18 +31,26 @@ class CallSyntax:
     `openers`: (text that opens a call block in content, text replayed into the JSON
     scanner, i.e. the part of the marker that already belongs to the JSON). `close`:
     literal expected after the JSON value. `call_path`: path pattern of call objects,
-    "*" matching any array index. `args_keys`: keys holding the arguments object.
-    `response_path`: a string value streamed as content. `whole_output`: the entire
-    output is one JSON value (no opener). `separators`: dropped next to call blocks.
+    "*" matching any array index. `name_keys` / `args_keys`: keys holding the name and
+    the arguments. `response_path`: a string value streamed as content. `whole_output`:
+    the entire output is one JSON value (no opener). `separators`: dropped next to call
+    blocks. `program`: what follows an opener, when it is not one JSON value (called
+    with the block's io and the opener that matched; the JSON fields then only serve
+    the program). `lead`: the output starts inside a block (the prompt wrote its
+    opener).
     """
 
     openers: tuple[tuple[str, str], ...] = ()
     close: str = ""
     call_path: tuple[str, ...] = ()
+    name_keys: tuple[str, ...] = ("name",)
     args_keys: tuple[str, ...] = ("arguments",)
     response_path: Path | None = None
     whole_output: bool = False
     separators: str = " \t\r\n"
+    program: Callable[[BlockIO, str], Program] | None = None
+    lead: bool = False
+    silent_names: tuple[str, ...] = ()
 
     def is_call(self, path: Path) -> bool:
         return len(path) == len(self.call_path) and all(
@@ -62,7 +76,20 @@ class CallRecord:
     summary: JsonScanner | None = None
 
 
-class _Summary:
+def decoded_args(raw: str) -> str:
+    """Arguments given as a JSON string that holds JSON (unconstrained models do that):
+    the inner text; anything else as it is."""
+    try:
+        value = json.loads(raw)
+        if isinstance(value, str):
+            json.loads(value)
+            return value
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than Python parses
+        pass
+    return raw
+
+
+class SummaryListener:
     """Listens to a finish call's arguments and streams its `summary` string."""
 
     def __init__(self, out: list[Delta]) -> None:
@@ -80,13 +107,14 @@ class _Summary:
 
 
 class Block:
-    """Scans one block. `feed` returns the characters after the JSON value (None while
-    it continues); `out` collects deltas; `failed` when the text was not JSON."""
+    """Scans one JSON value. `feed` returns the characters after it (None while it
+    continues); `out` collects deltas; `failed` when the text was not JSON (what the
+    owner does with the text then is its business); `emitted` once anything was
+    reported."""
 
-    def __init__(self, syntax: CallSyntax, opener: str, replay: str, report: Callable[[str], tuple[int, str] | None],
+    def __init__(self, syntax: CallSyntax, replay: str, report: Callable[[str], tuple[int, str] | None],
                  finish_tool: str | None, out: list[Delta], records: list[CallRecord]) -> None:  # fmt: skip
         self.syntax = syntax
-        self.opener = opener
         self.replay = replay
         self.report = report  # name -> (index, id) for a known tool, else None
         self.finish_tool = finish_tool
@@ -112,15 +140,8 @@ class Block:
             self._flush_args(call)
         if self.scanner.error is not None:
             self.failed = True
-            self.finish()  # what was scanned never became a call: it is content
             return chars[used:]
         return chars[used:] if self.scanner.done else None
-
-    def finish(self) -> None:
-        """The output ended inside the block (or it was not JSON): keep what was
-        reported; if nothing was, the raw text is content (it never became a call)."""
-        if not self.emitted:
-            self.out.append(ContentDelta(self.opener + self.raw[len(self.replay) :]))
 
     # -- JsonListener ------------------------------------------------------------------
 
@@ -135,11 +156,11 @@ class Block:
         if path == self.syntax.response_path:
             self.emitted = True
             self.out.append(ContentDelta(chunk))
-        elif path[-1:] == ("name",) and path[:-1] in self.calls:
+        elif path and path[-1] in self.syntax.name_keys and path[:-1] in self.calls:
             self.calls[path[:-1]].name += chunk
 
     def end(self, path: Path, pos: int) -> None:
-        if path[-1:] == ("name",) and path[:-1] in self.calls:
+        if path and path[-1] in self.syntax.name_keys and path[:-1] in self.calls:
             self._named(self.calls[path[:-1]])
         elif path and path[:-1] in self.calls and path[-1] in self.syntax.args_keys:
             call = self.calls[path[:-1]]
@@ -154,7 +175,11 @@ class Block:
         call.named = True
         if self.finish_tool is not None and call.name == self.finish_tool:
             call.finish = True
-            call.summary = JsonScanner(_Summary(self.out))
+            call.summary = JsonScanner(SummaryListener(self.out))
+            self.emitted = True
+        elif call.name in self.syntax.silent_names:  # a call that means "no call"
+            call.finish = True
+            call.summary = JsonScanner(SummaryListener([]))
             self.emitted = True
         elif (reported := self.report(call.name)) is not None:
             call.index, call.id = reported
@@ -190,12 +215,6 @@ class Block:
             return
         # Unconstrained output may give arguments as a JSON-encoded string, or none.
         raw = self.raw[call.args_start : call.args_end] if call.args_start is not None else "{}"
-        try:
-            value = json.loads(raw)
-            if isinstance(value, str):
-                json.loads(value)
-                raw = value
-        except ValueError:
-            pass
+        raw = decoded_args(raw)
         call.arguments.append(raw)
         self.out.append(ToolArgsDelta(call.index, raw))

@@ -2,10 +2,11 @@
 
 Text is released as soon as it cannot be the start of a call marker: the parser holds
 back only a possible marker prefix, plus a whitespace run (dropped when a call follows,
-so "Sure.\\n\\n<tool_call>" reports "Sure."). Inside a call block the JSON is scanned
-incrementally (see Block): a call is reported once its name is complete, and its
-arguments are passed on as generated, so the fragments of one call concatenate to its
-arguments JSON text exactly. Results never depend on how the text was split.
+so "Sure.\\n\\n<tool_call>" reports "Sure."). What follows a marker is the format's
+block program (see program.py; by default one JSON value scanned by block.Block): a
+call is reported once its name is complete, and its arguments are passed on as
+generated, so the fragments of one call concatenate to its arguments JSON text exactly.
+Results never depend on how the text was split.
 """
 
 from __future__ import annotations
@@ -15,14 +16,24 @@ from collections.abc import Callable, Iterable
 
 from .block import Block, CallRecord, CallSyntax
 from .deltas import ContentDelta, Delta, coalesce
+from .program import BlockIO, JsonCalls, Opt, Program, ProgramBlock
 from .spec import ToolCall, ToolSpec
 
-__all__ = ["ToolStreamParser", "new_call_id"]
+__all__ = ["ToolStreamParser", "json_program", "new_call_id"]
 
 
 def new_call_id() -> str:
     """An OpenAI-style call id: "call_" and 24 random hex digits."""
     return "call_" + secrets.token_hex(12)
+
+
+def json_program(io: BlockIO, opener: str, syntax: CallSyntax) -> Program:
+    """The default block: one JSON value (part of the opener replayed into it), then the
+    syntax's closing marker if the text goes on with it."""
+    replay = dict(syntax.openers).get(opener, "")
+    yield JsonCalls(syntax, replay, io)
+    if syntax.close:
+        yield Opt([syntax.close])
 
 
 class ToolStreamParser:
@@ -45,10 +56,11 @@ class ToolStreamParser:
         self._out: list[Delta] = []
         self._pending = ""  # content not yet released: whitespace + a possible marker prefix
         self._after_call = False  # separators here follow a call block: drop them
-        self._mode = "lead" if syntax.whole_output else "content"  # lead|content|block|close
-        self._block: Block | None = None
-        self._closing = ""  # text matched so far in "close" mode
+        self._mode = "lead" if syntax.whole_output else "content"  # lead|content|block
+        self._block: ProgramBlock | None = None
         self._done = False
+        if syntax.lead:
+            self._open_block("")
 
     @property
     def calls(self) -> list[ToolCall]:
@@ -75,9 +87,12 @@ class ToolStreamParser:
         if self._done:
             return []
         self._done = True
-        if self._mode == "block" and self._block is not None:
-            self._block.finish()
-        elif self._mode in ("content", "lead"):
+        while self._mode == "block" and self._block is not None:
+            left: str | None = self._block.finish()
+            self._close_block()
+            while left:
+                left = self._step(left)
+        if self._mode in ("content", "lead"):
             self._release(self._pending)
         self._pending = ""
         return self._take()
@@ -95,27 +110,25 @@ class ToolStreamParser:
             self._mode = "content"
             if stripped[0] == "{":
                 self._pending = ""
-                self._open_block("", "")
+                self._open_block("")
                 return stripped
             return text
         if self._mode == "block":
             return self._feed_block(text)
-        if self._mode == "close":
-            return self._match_close(text)
         return self._scan_content(text)
 
     def _scan_content(self, text: str) -> str | None:
         pending = self._pending + text
-        best: tuple[int, int, str, str] | None = None
-        for opener, replay in self._syntax.openers:
+        best: tuple[int, int, str] | None = None
+        for opener, _ in self._syntax.openers:
             i = pending.find(opener)
             if i >= 0 and (best is None or (i, -len(opener)) < (best[0], -best[1])):
-                best = (i, len(opener), opener, replay)
+                best = (i, len(opener), opener)
         if best is not None:
-            i, n, opener, replay = best
+            i, n, opener = best
             self._release(pending[:i], boundary=True)
             self._pending = ""
-            self._open_block(opener, replay)
+            self._open_block(opener)
             return pending[i + n :]
         keep = self._marker_prefix(pending)
         cut = len(pending) - keep
@@ -135,40 +148,35 @@ class ToolStreamParser:
                     break
         return best
 
-    def _open_block(self, opener: str, replay: str) -> None:
+    def _open_block(self, opener: str) -> None:
+        syntax = self._syntax
+        io = BlockIO(self._report, self._finish_tool, self._out, self._records, self._json_block)
+        if syntax.program is not None:
+            program = syntax.program
+        else:
+
+            def program(io: BlockIO, opener: str) -> Program:
+                return json_program(io, opener, syntax)
+
         self._mode = "block"
-        self._block = Block(
-            self._syntax, opener, replay, self._report, self._finish_tool, self._out, self._records
-        )
+        self._block = ProgramBlock(program, opener, io)
+
+    def _json_block(self, syntax: CallSyntax, replay: str) -> Block:
+        return Block(syntax, replay, self._report, self._finish_tool, self._out, self._records)
 
     def _feed_block(self, text: str) -> str | None:
         assert self._block is not None
         rest = self._block.feed(text)
         if rest is None:
             return None
-        failed, self._block = self._block.failed, None
-        if failed:  # not JSON after all (unconstrained output): the rest is content
-            self._mode, self._after_call = "content", False
-            return rest
-        self._mode = "close" if self._syntax.close else "content"
-        self._after_call = True
+        self._close_block()
         return rest
 
-    def _match_close(self, text: str) -> str | None:
-        close = self._syntax.close
-        for k, ch in enumerate(text):
-            if not self._closing and ch.isspace():
-                continue
-            self._closing += ch
-            if self._closing == close:
-                self._mode, self._closing = "content", ""
-                return text[k + 1 :]
-            if not close.startswith(self._closing):
-                # Not the closing marker (unconstrained output): treat it as content.
-                self._mode, self._after_call = "content", False
-                self._pending, self._closing = self._closing, ""
-                return text[k + 1 :]
-        return None
+    def _close_block(self) -> None:
+        assert self._block is not None
+        # After a block that was not a call, nothing is dropped; after calls, separators are.
+        self._after_call = not self._block.failed
+        self._mode, self._block = "content", None
 
     # -- output --------------------------------------------------------------------------
 
