@@ -29,6 +29,8 @@ __all__ = [
     "ENV_API_KEY",
     "ENV_SNAPSHOT_KEY",
     "ENV_FINISH_TOOL",
+    "ENV_ADMISSION",
+    "ADMISSION_MODES",
     "check_sampling",
 ]
 
@@ -36,8 +38,12 @@ __all__ = [
 ENV_API_KEY = "LLAMAY_API_KEY"  # one admin key, beside any -keys file
 ENV_SNAPSHOT_KEY = "LLAMAY_SNAPSHOT_KEY"  # signs snapshots; servers that share it trust each other's
 ENV_FINISH_TOOL = "LLAMAY_FINISH_TOOL"  # -finish-tool when the flag is not given
+ENV_ADMISSION = "LLAMAY_ADMISSION"  # -admission when the flag is not given
 
 KV_TYPES = ("f16", "f32", "q8_0")
+# "fair": waiting sequences start by principal, the least served first (engine/tenants.py);
+# "fcfs": first come, first served, one queue.
+ADMISSION_MODES = ("fair", "fcfs")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # RuntimeConfig fields that are the server's sampling defaults (-temp, -top-p, ...).
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty")
@@ -56,7 +62,10 @@ class RuntimeConfig:
     (None: unset) are the server's sampling defaults: over a model's GGUF
     `general.sampling.*`, under each request's own values. `finish_tool` ("off" or "auto"):
     whether an OpenAI chat request with tool_choice "required" that does not set
-    `finish_tool` gets the finish tool."""
+    `finish_tool` gets the finish tool. `admission` ("fair" or "fcfs"): with "fair", each
+    principal (API key owner) may have `max_queue` sequences waiting and the least served
+    one's start first; with "fcfs", and always without keys, one queue of `max_queue`, first
+    come first served."""
 
     ctx: int = 0
     batch: int = 512
@@ -76,6 +85,7 @@ class RuntimeConfig:
     min_p: float | None = None
     repeat_penalty: float | None = None
     finish_tool: str = "off"
+    admission: str = "fair"
 
     def sampling(self) -> dict[str, Any]:
         """The sampling defaults that are set, by field name."""
@@ -182,6 +192,8 @@ def _check_runtime(rc: RuntimeConfig) -> None:
         raise ConfigError(f"-kv must be one of {', '.join(KV_TYPES)}, not {rc.kv_type!r}")
     if rc.finish_tool not in FINISH_TOOL_MODES:  # the flag, or $LLAMAY_FINISH_TOOL
         raise ConfigError(f"-finish-tool must be off or auto, not {rc.finish_tool!r}")
+    if rc.admission not in ADMISSION_MODES:  # the flag, or $LLAMAY_ADMISSION
+        raise ConfigError(f"-admission must be fair or fcfs, not {rc.admission!r}")
     check_sampling(rc.sampling())
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "ContextOverflow",
     "Overloaded",
     "TooManyRequests",
+    "QueueLimit",
     "GrammarError",
     "EngineError",
     "StoreError",
@@ -110,6 +111,14 @@ class TooManyRequests(Overloaded):
     status = 429
     code = "rate_limited"
     kind = "rate_limit_error"
+
+
+class QueueLimit(TooManyRequests):
+    """The caller already has as many sequences waiting for a model as one principal may
+    (every prompt and every choice is one); retry once some of them have started. Other
+    principals' traffic never causes it."""
+
+    code = "queue_limit_exceeded"
 
 
 class GrammarError(InvalidRequest):

@@ -159,7 +159,13 @@ def _think_fields(think: ConstraintPlan) -> dict[str, Any]:
 
 # Thinking budgets of the named effort levels (OpenAI's reasoning_effort, Ollama's think
 # levels); "high" and above leave the model to its own judgement.
-EFFORT_BUDGETS: dict[str, int | None] = {"minimal": 256, "low": 1024, "medium": 4096, "high": None, "max": None}
+EFFORT_BUDGETS: dict[str, int | None] = {
+    "minimal": 256,
+    "low": 1024,
+    "medium": 4096,
+    "high": None,
+    "max": None,
+}
 
 
 def effort_budget(level: str | None) -> int | None:

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..auth import CURRENT_NAMESPACE
+from ..auth import CURRENT_NAMESPACE, CURRENT_PRINCIPAL
 from ..engine.client import EventStream, merge, submit_all
 from ..engine.request import ConstraintPlan, GenerateRequest, SessionSpec
 from ..errors import Conflict, EngineError, InvalidRequest, LlamayError
@@ -382,6 +382,8 @@ def requests_for(
                 prompt_logprobs=spec.prompt_logprobs,
                 score_from=spec.score_from,
                 namespace=spec.namespace or "",
+                tenant=CURRENT_PRINCIPAL.get().tenant,
+                weight=CURRENT_PRINCIPAL.get().weight,
             )
         )
     return out

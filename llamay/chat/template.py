@@ -230,7 +230,9 @@ class ChatTemplate:
         normalized = self._needs.apply(normalize_messages(messages))
         variables = {**self._needs.extra(tools), **extra}
         try:
-            return self._render(self._typed(normalized), add_generation_prompt, self._needs.tools(tools), variables)
+            return self._render(
+                self._typed(normalized), add_generation_prompt, self._needs.tools(tools), variables
+            )
         except LlamayError:
             raise
         except _TemplateRaised as e:
@@ -299,12 +301,17 @@ class ChatTemplate:
         if not self._typed_content:
             return messages
         return [
-            {**m, "content": [{"type": "text", "text": m["content"]}]} if isinstance(m.get("content"), str) else m
+            {**m, "content": [{"type": "text", "text": m["content"]}]}
+            if isinstance(m.get("content"), str)
+            else m
             for m in messages
         ]
 
     def _probe(
-        self, messages: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]] | None, extra: Mapping[str, Any]
+        self,
+        messages: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        extra: Mapping[str, Any],
     ) -> str:
         return self._render(self._typed(messages), True, list(tools) if tools is not None else None, extra)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import (
+    ENV_ADMISSION,
     ENV_API_KEY,
     ENV_FINISH_TOOL,
     ENV_SNAPSHOT_KEY,
@@ -68,7 +69,12 @@ def add_server_flags(p: argparse.ArgumentParser, help_for: Mapping[str, str] | N
     add("concurrency", type=int, default=rc.concurrency,
         help=f"requests generated at once (default {rc.concurrency})")  # fmt: skip
     add("queue", type=int, default=rc.max_queue,
-        help=f"requests that may wait beyond those; more get 503 (default {rc.max_queue})")  # fmt: skip
+        help="sequences each principal may have waiting beyond those (every prompt and choice is one); "
+        f"more get 429, or 503 without keys (default {rc.max_queue})")  # fmt: skip
+    add("admission", default=os.environ.get(ENV_ADMISSION, rc.admission),
+        help="fair: with API keys, waiting sequences start by principal, the least served (by "
+        "tokens, over its key's weight) first; fcfs: one queue, first come first served "
+        f"(default {rc.admission}; ${ENV_ADMISSION})")  # fmt: skip
     add("ctx", type=int, default=rc.ctx,
         help="context size in tokens, shared by running requests (default: the model's, at most 8192)")  # fmt: skip
     add("batch", type=int, default=rc.batch, help=f"tokens per decode step (default {rc.batch})")
@@ -105,7 +111,7 @@ def add_server_flags(p: argparse.ArgumentParser, help_for: Mapping[str, str] | N
         help="how long an idle model stays loaded: 30s, 5m, 1h; negative keeps it "
         f"(default {_span(d.keep_alive)}; the -m model stays)")  # fmt: skip
     add("keys", type=Path, default=None,
-        help='API keys file: {"keys": [{"key", "principal", "groups", "role"}]} '
+        help='API keys file: {"keys": [{"key", "principal", "groups", "role", "weight", ...}]} '
         f"({ENV_API_KEY} adds one admin key)")  # fmt: skip
     add("max-connections", dest="max_connections", type=int, default=limits.max_connections,
         help=f"open connections before new requests get 503 (default {limits.max_connections})")  # fmt: skip
@@ -160,8 +166,8 @@ def sampling_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """What the `serve` flags in `args` and the environment mean: $LLAMAY_API_KEY,
-    $LLAMAY_SNAPSHOT_KEY and $LLAMAY_HOME (where contexts are kept); $LLAMAY_FINISH_TOOL is
-    -finish-tool's default (read when the parser is made). Files named by flags are made absolute, so the config means the
+    $LLAMAY_SNAPSHOT_KEY and $LLAMAY_HOME (where contexts are kept); $LLAMAY_FINISH_TOOL and
+    $LLAMAY_ADMISSION are -finish-tool's and -admission's defaults (read when the parser is made). Files named by flags are made absolute, so the config means the
     same in another working directory (a fleet's replicas). ConfigError naming the flag
     for a bad value."""
     from ..store import llamay_home
@@ -182,6 +188,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_tokens=args.max_tokens,
         reasoning_budget=args.reasoning_budget,
         finish_tool=args.finish_tool,
+        admission=args.admission,
         **sampling_flags(args),
     )
     limits = ServerLimits(

@@ -148,7 +148,10 @@ def load_model(
         ctx.close()
         model.close()
         raise
-    engine = Engine(model, ctx, EngineConfig(concurrency=config.concurrency, max_queue=config.max_queue), kv)
+    settings = EngineConfig(
+        concurrency=config.concurrency, max_queue=config.max_queue, fair=config.admission == "fair"
+    )
+    engine = Engine(model, ctx, settings, kv)
     try:
         loaded = LoadedModel(name, model, ctx, engine, template, sha256)  # detects the traits
         loaded.thinking_budget = config.reasoning_budget

@@ -12,7 +12,7 @@ from llamay.cli.main import build_parser, main
 from llamay.cli.serve import config_from_args
 from llamay.config import ConfigError, RuntimeConfig, ServerConfig, ServerLimits
 
-ENV = ("LLAMAY_API_KEY", "LLAMAY_SNAPSHOT_KEY", "LLAMAY_FINISH_TOOL", "LLAMAY_HOME")
+ENV = ("LLAMAY_API_KEY", "LLAMAY_SNAPSHOT_KEY", "LLAMAY_FINISH_TOOL", "LLAMAY_ADMISSION", "LLAMAY_HOME")
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +36,7 @@ def test_no_flags_is_the_default_config(home: Path) -> None:
 def test_every_serve_flag_sets_its_field(dash: str, home: Path, tmp_path: Path) -> None:
     flags = {
         "model": "tiny.gguf", "addr": "0.0.0.0:8080", "concurrency": "3", "queue": "5", "ctx": "1024",
-        "batch": "64", "max-tokens": "99", "finish-tool": "auto", "threads": "2", "temp": "0.5",
+        "batch": "64", "max-tokens": "99", "reasoning-budget": "300", "finish-tool": "auto", "admission": "fcfs", "threads": "2", "temp": "0.5",
         "top-p": "0.9", "top-k": "7", "min-p": "0.1", "repeat-penalty": "1.2", "kv": "q8_0",
         "flash-attn": "off", "cache-ram": "16", "chat-template": "t.jinja", "embed": "all-minilm",
         "rerank": "ranker", "index": "docs.idx", "max-loaded": "4", "keepalive": "1m", "keys": "keys.json",
@@ -49,8 +49,9 @@ def test_every_serve_flag_sets_its_field(dash: str, home: Path, tmp_path: Path) 
         model="tiny.gguf", host="0.0.0.0", port=8080,
         runtime=RuntimeConfig(
             ctx=1024, batch=64, threads=2, concurrency=3, max_queue=5, kv_type="q8_0", flash_attn=False,
-            cache_ram=16 * 2**20, chat_template_file=here / "t.jinja", home=home, max_tokens=99,
+            cache_ram=16 * 2**20, chat_template_file=here / "t.jinja", home=home, max_tokens=99, reasoning_budget=300,
             temperature=0.5, top_p=0.9, top_k=7, min_p=0.1, repeat_penalty=1.2, finish_tool="auto",
+            admission="fcfs",
         ),
         limits=ServerLimits(max_connections=9, header_timeout=3.0, body_timeout=90.0),
         max_loaded=4, keep_alive=60.0, embed="all-minilm", rerank="ranker", index=here / "docs.idx",
@@ -68,7 +69,9 @@ def test_the_environment_is_read_once_into_the_config(monkeypatch: pytest.Monkey
     monkeypatch.setenv("LLAMAY_API_KEY", "admin-secret")
     monkeypatch.setenv("LLAMAY_SNAPSHOT_KEY", "a-snapshot-key-of-some-length")
     monkeypatch.setenv("LLAMAY_FINISH_TOOL", "auto")
+    monkeypatch.setenv("LLAMAY_ADMISSION", "fcfs")
     got = parse()
+    assert got.runtime.admission == "fcfs" and parse("-admission", "fair").runtime.admission == "fair"
     assert got.api_key == "admin-secret" and got.snapshot_key == "a-snapshot-key-of-some-length"
     assert got.runtime.finish_tool == "auto" and parse("-finish-tool", "off").runtime.finish_tool == "off"
     assert "admin-secret" not in repr(got) and "a-snapshot-key" not in repr(got)
@@ -86,6 +89,7 @@ def test_the_environment_is_read_once_into_the_config(monkeypatch: pytest.Monkey
         (["-ctx", "-5"], "-ctx must be at least 0, not -5"),
         (["-batch", "0"], "-batch must be at least 1, not 0"),
         (["-finish-tool", "sometimes"], "-finish-tool must be off or auto, not 'sometimes'"),
+        (["-admission", "lifo"], "-admission must be fair or fcfs, not 'lifo'"),
         (["-temp", "3"], "-temp must be between 0 and 2"),
         (["-top-p", "1.5"], "top_p"),
         (["-header-timeout", "0"], "-header-timeout must be positive, not 0.0"),

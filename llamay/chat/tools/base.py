@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...grammar import Grammar
+from ...grammar.shape import Layout
 from ..template import normalize_messages
 from .spec import ToolChoice, ToolSpec, args_rule, openai_tools
 
@@ -43,7 +44,11 @@ Special = Callable[[str], "int | None"]
 model's vocabulary, else None."""
 
 # Bounded so a constrained model cannot spin on blank lines between envelope parts.
-WS_RULE = "ws: /[ \\t\\r\\n]{1,24}/"
+# One gap in a call's envelope: a space, or one or two newlines (between a marker and its
+# JSON, or after a think block), indented when the format's layout is. Wider gaps are valid
+# JSON but only let a model spend its budget on whitespace.
+WS_RULE = "ws: /[ \\t]|\\n{1,2}/"
+INDENTED_WS_RULE = "ws: /[ \\t]|\\n{1,2}[ \\t]{0,16}/"
 
 
 @dataclass(frozen=True)
@@ -182,8 +187,11 @@ def regex_text(text: str) -> str:
 class LarkRules:
     """Accumulates named rules; `grammar(start)` compiles them with `start` as root."""
 
-    def __init__(self) -> None:
-        self._rules: list[str] = [WS_RULE]
+    def __init__(self, layout: Layout = "spaced") -> None:
+        """`layout`: how calls' JSON is laid out ("spaced", or "indented" for formats whose
+        template indents it); it sets the envelope's gaps and the arguments' layout."""
+        self.layout: Layout = layout
+        self._rules: list[str] = [INDENTED_WS_RULE if layout == "indented" else WS_RULE]
         self._names: set[str] = set()
 
     def add(self, name: str, body: str) -> str:
@@ -195,7 +203,7 @@ class LarkRules:
 
     def args(self, index: int, tool: ToolSpec) -> str:
         """The rule for tool `index`'s arguments object."""
-        return self.add(f"args_{index}", args_rule(tool))
+        return self.add(f"args_{index}", args_rule(tool, layout=self.layout))
 
     def call_object(self, tools: Sequence[ToolSpec], args_key: str, *, optional_id: bool = False) -> str:
         """`{"name": "<tool>", "<args_key>": <arguments>}` for any of `tools`, whitespace
