@@ -91,12 +91,14 @@ def differing(a: list[np.ndarray], b: list[np.ndarray]) -> list[int]:
     return [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if not np.array_equal(x, y)]
 
 
-def check_read(model: Model, length: int = 45, keep: int = 0) -> None:
-    """A prompt read at once, in splits and token by token: the same logits at every position
+def check_read(
+    model: Model, length: int = 45, keep: int = 0, splits: tuple[int, ...] = (9, 5, 4, 2)
+) -> None:
+    """A prompt read at once, in `splits` and token by token: the same logits at every position
     (from `keep` on)."""
     tokens = [5 + (11 * i) % 60 for i in range(length)]
     one_by_one = read(model, tokens, 1, keep)
-    for step in (min(length, CONFIG.n_batch), 9, 5, 4, 2):
+    for step in (min(length, CONFIG.n_batch), *splits):
         assert differing(read(model, tokens, step, keep), one_by_one) == [], f"{step} tokens per batch"
 
 
