@@ -91,9 +91,7 @@ def differing(a: list[np.ndarray], b: list[np.ndarray]) -> list[int]:
     return [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if not np.array_equal(x, y)]
 
 
-def check_read(
-    model: Model, length: int = 45, keep: int = 0, splits: tuple[int, ...] = (9, 5, 4, 2)
-) -> None:
+def check_read(model: Model, length: int = 45, keep: int = 0, splits: tuple[int, ...] = (9, 5, 4, 2)) -> None:
     """A prompt read at once, in `splits` and token by token: the same logits at every position
     (from `keep` on)."""
     tokens = [5 + (11 * i) % 60 for i in range(length)]
