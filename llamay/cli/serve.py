@@ -295,8 +295,15 @@ def run_serve(args: argparse.Namespace) -> int:
             max_loaded=config.max_loaded,
             keep_alive=f"{config.keep_alive:g}s" if config.keep_alive >= 0 else "forever",
             auth="api keys" if keys.enabled else "none (single user)",
+            batch_invariant="no" if loaded.batch_variance else "yes",
         ),
     )
+    if loaded.batch_variance:
+        log.warning(
+            "this model's output may vary with what else the server runs (outside the promise of "
+            "repeatable output)",
+            extra=kv(model=loaded.name, why="; ".join(loaded.batch_variance)),
+        )
     print(banner_table(f"http://{addr}"), file=sys.stderr, flush=True)
     if not keys.enabled and config.host not in ("localhost", "127.0.0.1", "::1"):
         log.warning(

@@ -53,6 +53,7 @@ __all__ = [
     "THINK_CLOSE",
     "THINK_OPEN",
     "TinyVocab",
+    "add_tiny_tokenizer",
     "tiny_vocab",
     "write_tiny_llama",
     "write_tiny_think_llama",
@@ -289,20 +290,7 @@ def write_tiny_llama(
     writer.add_rope_freq_base(1e6)
     writer.add_layer_norm_rms_eps(1e-5)
 
-    writer.add_tokenizer_model("gpt2")
-    # "smollm": GPT-2 splitting with single digits, and no clean-up of spaces before punctuation
-    # on detokenization (the "gpt-2" and "default" types would turn "a ," into "a,").
-    writer.add_tokenizer_pre("smollm")
-    writer.add_token_list(list(vocab.tokens))
-    writer.add_token_types(list(vocab.token_types))
-    writer.add_token_merges(list(vocab.merges))
-    writer.add_bos_token_id(vocab.id(ENDOFTEXT))
-    writer.add_eos_token_id(vocab.id(IM_END))
-    writer.add_eot_token_id(vocab.id(IM_END))
-    writer.add_pad_token_id(vocab.id(ENDOFTEXT))
-    writer.add_unk_token_id(vocab.id(ENDOFTEXT))
-    writer.add_add_bos_token(False)
-    writer.add_add_eos_token(False)
+    add_tiny_tokenizer(writer, vocab)
     if chat_template is not None and tool_use_template is not None:
         named = [
             {"name": "default", "template": chat_template},
@@ -319,6 +307,24 @@ def write_tiny_llama(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def add_tiny_tokenizer(writer: gguf.GGUFWriter, vocab: TinyVocab) -> None:
+    """Write `vocab` as the model's tokenizer: byte-level BPE, no BOS or EOS added."""
+    writer.add_tokenizer_model("gpt2")
+    # "smollm": GPT-2 splitting with single digits, and no clean-up of spaces before punctuation
+    # on detokenization (the "gpt-2" and "default" types would turn "a ," into "a,").
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(list(vocab.tokens))
+    writer.add_token_types(list(vocab.token_types))
+    writer.add_token_merges(list(vocab.merges))
+    writer.add_bos_token_id(vocab.id(ENDOFTEXT))
+    writer.add_eos_token_id(vocab.id(IM_END))
+    writer.add_eot_token_id(vocab.id(IM_END))
+    writer.add_pad_token_id(vocab.id(ENDOFTEXT))
+    writer.add_unk_token_id(vocab.id(ENDOFTEXT))
+    writer.add_add_bos_token(False)
+    writer.add_add_eos_token(False)
 
 
 def write_tiny_think_llama(path: str | Path, **kwargs: Any) -> Path:
