@@ -9,6 +9,8 @@ from __future__ import annotations
 __all__ = [
     "LlamayError",
     "InvalidRequest",
+    "Unsupported",
+    "ThreadUnsupported",
     "Unauthorized",
     "Forbidden",
     "NotFound",
@@ -45,6 +47,22 @@ class InvalidRequest(LlamayError):
     status = 400
     code = "invalid_request"
     kind = "invalid_request_error"
+
+
+class Unsupported(InvalidRequest):
+    """A field that changes what a request means, which this server does not implement.
+    It is refused by name, never dropped: an answer to a different question than the one
+    asked would be wrong without a word."""
+
+    code = "unsupported_field"
+
+
+class ThreadUnsupported(Unsupported):
+    """Anthropic's `thread` (server-held message threads): Anthropic's own code for a
+    request a server cannot thread, on which its SDKs resend the whole conversation
+    without one."""
+
+    code = "thread_unsupported_request"
 
 
 class Unauthorized(LlamayError):

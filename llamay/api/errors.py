@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import InternalError, LlamayError, Overloaded
+from ..errors import InternalError, LlamayError, Overloaded, Unsupported
 from .http import ClientGone
 
 __all__ = [
@@ -82,7 +82,12 @@ def error_body(exc: LlamayError, api: Api = "openai") -> dict[str, Any]:
     if api == "anthropic":
         status = error_status(exc, api)
         kind = _ANTHROPIC_KINDS.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
-        return {"type": "error", "error": {"type": kind, "message": exc.message}}
+        error: dict[str, Any] = {"type": kind, "message": exc.message}
+        if isinstance(exc, Unsupported):
+            # Anthropic's SDKs choose their error class (and the tool runner its fallback
+            # from a thread to the whole conversation) by `details.error_code`.
+            error["details"] = {"error_code": exc.code}
+        return {"type": "error", "error": error}
     if api == "ollama":
         return {"error": exc.message}
     return {"error": {"message": exc.message, "type": exc.kind, "param": exc.param, "code": exc.code}}

@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, Unsupported
 
 __all__ = ["Fields", "check_size"]
 
@@ -44,6 +44,17 @@ class Fields:
             )
         self.body = body
         self.prefix = prefix
+
+    def refuse(self, unsupported: Mapping[str, str]) -> None:
+        """Each field of `unsupported` (name -> what it asks for) that the body sets, to
+        anything but null or an empty array or object, is an Unsupported (400) naming it:
+        a field that changes what a request means is never dropped in silence."""
+        for key, what in unsupported.items():
+            value = self.body.get(key)
+            if value is None or value == [] or value == {}:
+                continue
+            name = self.name(key)
+            raise Unsupported(f"'{name}' ({what}) is not supported by this server", param=name)
 
     def name(self, key: str) -> str:
         return f"{self.prefix}.{key}" if self.prefix else key

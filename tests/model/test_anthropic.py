@@ -9,10 +9,11 @@ import json
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anthropic
 import httpx
+import httpx2
 import jsonschema
 import pytest
 
@@ -321,3 +322,52 @@ def test_models_in_anthropics_shape(server: ServerProc) -> None:
     # Without the header, the same path answers OpenAI's shape.
     body = httpx.get(server.base + "/v1/models", headers={"authorization": f"Bearer {KEY}"}).json()
     assert body["object"] == "list" and body["data"][0]["object"] == "model"
+
+
+def test_tool_runner_falls_back_from_a_thread_to_the_whole_conversation(server: ServerProc) -> None:
+    """The SDK's tool runner asks for a server-held thread first. The server keeps none and
+    says so with Anthropic's own code, on which the runner resends every turn whole."""
+    seen: list[tuple[dict[str, Any], str | None, int]] = []
+
+    def record(response: httpx2.Response) -> None:
+        response.read()
+        body = json.loads(response.request.content)
+        seen.append((body, response.request.headers.get("anthropic-beta"), response.status_code))
+
+    ran: list[str] = []
+
+    @anthropic.beta_tool
+    def get_weather(unit: Literal["c", "f"]) -> str:
+        """Current weather here."""
+        ran.append(unit)
+        return "21 and sunny"
+
+    http = httpx2.Client(event_hooks={"response": [record]})  # the SDK's own HTTP package
+    c = anthropic.Anthropic(base_url=server.base, api_key=KEY, max_retries=0, timeout=120, http_client=http)
+    runner = c.beta.messages.tool_runner(
+        model="", max_tokens=200, messages=ASK, tools=[get_weather], tool_choice=ONE_CALL, max_iterations=2
+    )
+    replies = list(runner)
+    assert len(replies) == 2 and all(r.stop_reason == "tool_use" for r in replies) and len(ran) == 2
+    first, *rest = seen
+    assert first[0]["thread"] == {"type": "create"} and "message-threads" in (first[1] or "")
+    assert first[2] == 400
+    assert [status for _, _, status in rest] == [200, 200]
+    assert all("thread" not in body for body, _, _ in rest)
+    # the second turn carries the whole conversation: the question, the call and its result
+    assert [m["role"] for m in rest[1][0]["messages"]] == ["user", "assistant", "user"]
+    assert rest[1][0]["tools"][0]["name"] == "get_weather"
+
+
+def test_unsupported_fields_are_refused_by_name(server: ServerProc) -> None:
+    c = client_for(server)
+    with pytest.raises(anthropic.BadRequestError) as e:
+        c.beta.messages.create(
+            model="", max_tokens=5, messages=ASK,
+            mcp_servers=[{"type": "url", "url": "https://example.com/sse", "name": "x"}],
+        )  # fmt: skip
+    assert "mcp_servers" in e.value.message
+    body = httpx.post(server.base + "/v1/messages", headers={"x-api-key": KEY},
+                      json={"model": "", "max_tokens": 5, "messages": ASK, "container": "c1"}, timeout=60)  # fmt: skip
+    assert body.status_code == 400 and body.json()["error"]["details"] == {"error_code": "unsupported_field"}
+    assert "'container'" in body.json()["error"]["message"]

@@ -12,6 +12,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from langchain_core.messages import AIMessageChunk
+from langchain_openai import ChatOpenAI
+from pydantic import SecretStr
 
 from tests.serverproc import ServerProc, start_server
 
@@ -48,12 +51,14 @@ def sse(server: ServerProc, path: str, body: dict[str, Any]) -> list[dict[str, A
 
 
 def finish_chunks(events: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """Each choice's last chunk (the one with its finish_reason), with the chunk's usage."""
+    """Each choice's last chunk (the one with its finish_reason), with the choice's own usage
+    (`llamay_usage`); the chunk itself carries none a client would add up."""
     out = {}
     for e in events:
         for c in e["choices"]:
             if c["finish_reason"] is not None:
-                out[c["index"]] = {**c, "usage": e.get("usage")}
+                assert e.get("usage") is None
+                out[c["index"]] = {**c, "usage": c["llamay_usage"]}
     return out
 
 
@@ -98,9 +103,32 @@ def test_every_finish_chunk_carries_its_choices_usage(client: openai.OpenAI, ser
     # Asked for, the separate usage chunk still comes last, with the request's totals.
     events = sse(server, "/chat/completions", {**kw, "stream_options": {"include_usage": True}})
     assert events[-1]["choices"] == [] and events[-1]["usage"]["total_tokens"] == whole.usage.total_tokens
-    assert all(e["usage"] is None for e in events[:-1] if not any(c["finish_reason"] for c in e["choices"]))
+    assert all(e["usage"] is None for e in events[:-1])  # OpenAI's spec: null on every chunk but the last
     text = finish_chunks(sse(server, "/completions", {"prompt": "Once", "max_tokens": 7, "temperature": 0}))
     assert text[0]["usage"]["completion_tokens"] == 7
+    body = {"prompt": "Once", "n": 2, "max_tokens": 7, "seed": 3, "stream_options": {"include_usage": True}}
+    events = sse(server, "/completions", body)
+    assert all(e["usage"] is None for e in events[:-1])
+    total = sum(last["usage"]["completion_tokens"] for last in finish_chunks(events).values())
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == total > 0
+
+
+def test_langchain_stream_usage_equals_invoke_usage(server: ServerProc) -> None:
+    """LangChain adds up every `usage` a stream carries: the stream's sum must be the
+    request's usage, as a whole answer reports it."""
+    name = httpx.get(server.url + "/models", timeout=30).json()["data"][0]["id"]
+    chat = ChatOpenAI(
+        base_url=server.url, api_key=SecretStr("x"), model=name, temperature=0, max_completion_tokens=12,
+        stream_usage=True, max_retries=0, timeout=120,
+    )  # fmt: skip
+    whole = chat.invoke("Describe a city.")
+    streamed: AIMessageChunk | None = None
+    for chunk in chat.stream("Describe a city."):
+        streamed = chunk if streamed is None else streamed + chunk
+    assert whole.usage_metadata is not None and streamed is not None and streamed.usage_metadata is not None
+    keys = ("input_tokens", "output_tokens", "total_tokens")
+    assert whole.usage_metadata["output_tokens"] == 12
+    assert [streamed.usage_metadata[k] for k in keys] == [whole.usage_metadata[k] for k in keys]
 
 
 def test_top_logprobs_list_the_sampled_token(client: openai.OpenAI) -> None:
@@ -115,3 +143,15 @@ def test_top_logprobs_list_the_sampled_token(client: openai.OpenAI) -> None:
             assert top[token] == score and 1 <= len(top) <= 2
             outside += len(top) == 2
     assert outside > 0  # at temperature 2 some sampled tokens are not the most likely one
+
+
+def test_fields_that_change_the_meaning_are_refused_by_name(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="", messages=ASK, max_tokens=2, web_search_options={"search_context_size": "low"}
+        )
+    body: Any = e.value.body
+    assert body["param"] == "web_search_options" and body["code"] == "unsupported_field"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="", messages=ASK, max_tokens=2, modalities=["text", "audio"])
+    assert "modalities" in e.value.message

@@ -345,6 +345,10 @@ def test_another_principals_response_is_not_found(tiny_model_path: Path, tmp_pat
             bob.responses.delete(r.id)
         with pytest.raises(openai.AuthenticationError):
             client_for(s, "wrong").responses.retrieve(r.id)
+        ref: Any = [{"type": "item_reference", "id": r.output[0].id}]
+        with pytest.raises(openai.NotFoundError):  # another principal's items are not found either
+            bob.responses.create(model="", input=ref, max_output_tokens=2)
+        assert ann.responses.create(model="", input=ref, max_output_tokens=2).status == "incomplete"
         nxt = ann.responses.create(model="", input="More.", previous_response_id=r.id, max_output_tokens=2)
         assert nxt.usage and nxt.usage.input_tokens_details.cached_tokens > 0
         # Past its context quota a key still gets stored responses, only without contexts.
@@ -401,3 +405,62 @@ def test_reasoning_summary_and_content(think_server: ServerProc) -> None:
                              max_output_tokens=20, temperature=0)  # fmt: skip
     assert all(o.type != "reasoning" for o in off.output)
     assert off.usage and off.usage.output_tokens_details.reasoning_tokens == 0
+
+
+def test_include_logprobs_whole_and_streamed(client: openai.OpenAI) -> None:
+    kw: Any = dict(model="", input="Say something.", max_output_tokens=6, temperature=0,
+                   include=["message.output_text.logprobs"], top_logprobs=2)  # fmt: skip
+    r = client.responses.create(**kw)
+    [part] = [p for item in r.output if item.type == "message" for p in item.content]
+    assert part.type == "output_text" and part.logprobs is not None and r.usage is not None
+    assert len(part.logprobs) == r.usage.output_tokens == 6
+    assert all(len(lp.top_logprobs) == 2 and lp.logprob <= 0 for lp in part.logprobs)
+    assert "".join(lp.token for lp in part.logprobs) == part.text
+    streamed: list[Any] = []
+    final: Any = None
+    with client.responses.stream(**kw) as stream:
+        for ev in stream:
+            if ev.type == "response.output_text.delta":
+                streamed += ev.logprobs
+            elif ev.type in ("response.completed", "response.incomplete"):
+                final = ev.response
+    [again] = [p for item in final.output if item.type == "message" for p in item.content]
+    assert [lp.token for lp in streamed] == [lp.token for lp in again.logprobs or []] == [lp.token for lp in part.logprobs]
+    plain = client.responses.create(model="", input="Say something.", max_output_tokens=6, temperature=0,
+                                    include=["reasoning.encrypted_content", "file_search_call.results"])  # fmt: skip
+    [bare] = [p for item in plain.output if item.type == "message" for p in item.content]
+    assert bare.text == part.text and bare.logprobs == []
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model="", input="x", include=["web_search_call.action.sources"])
+    assert e.value.body["param"] == "include[0]"  # type: ignore[index]
+
+
+def test_truncation_auto_drops_the_oldest_turns(client: openai.OpenAI, server: ServerProc) -> None:
+    long = "many words in a long message " * 250  # well over half the 4096-token context
+    items: Any = [{"role": "user", "content": "first " + long}, {"role": "assistant", "content": "ok"},
+                  {"role": "user", "content": "second " + long}, {"role": "assistant", "content": "ok"},
+                  {"role": "user", "content": "And now?"}]  # fmt: skip
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(model="", input=items, max_output_tokens=2)
+    r = client.responses.create(model="", input=items, max_output_tokens=2, truncation="auto", temperature=0)
+    assert r.truncation == "auto" and r.usage is not None
+    # the first turn went, the second stayed: as many tokens as the last three items alone
+    alone = client.responses.create(model="", input=items[2:], max_output_tokens=2, temperature=0)
+    assert alone.usage is not None and r.usage.input_tokens == alone.usage.input_tokens < 4096
+    assert len(client.responses.input_items.list(r.id, limit=10).data) == 5  # what was sent, all of it
+    short = client.responses.create(model="", input=items[4:], max_output_tokens=2, truncation="auto")
+    assert short.usage is not None and short.usage.input_tokens < alone.usage.input_tokens
+
+
+def test_item_reference_resolves_a_stored_item(client: openai.OpenAI) -> None:
+    first = client.responses.create(model="", input="Remember the word apple.", max_output_tokens=4)
+    message = first.output[-1]
+    refs: Any = [{"type": "item_reference", "id": message.id}, {"role": "user", "content": "Again?"}]
+    r = client.responses.create(model="", input=refs, max_output_tokens=2, temperature=0)
+    listed = client.responses.input_items.list(r.id, order="asc").data
+    assert [i.id for i in listed][0] == message.id and listed[0].type == "message"
+    plain = client.responses.create(model="", input=refs[1:], max_output_tokens=2, temperature=0)
+    assert r.usage is not None and plain.usage is not None and r.usage.input_tokens > plain.usage.input_tokens
+    with pytest.raises(openai.NotFoundError) as e:
+        client.responses.create(model="", input=[{"type": "item_reference", "id": "msg_nope"}])
+    assert e.value.body["param"] == "input[0].id"  # type: ignore[index]

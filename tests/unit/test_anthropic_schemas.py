@@ -12,9 +12,10 @@ import pytest
 from llamay.api.anthropic.cache import last_breakpoint
 from llamay.api.anthropic.content import MARK, chat_messages
 from llamay.api.anthropic.schemas import parse_messages_request
+from llamay.api.errors import error_body
 from llamay.chat.tools import ToolChoice
 from llamay.engine.scheduler import common_prefix
-from llamay.errors import GrammarError, InvalidRequest
+from llamay.errors import GrammarError, InvalidRequest, ThreadUnsupported, Unsupported
 
 WEATHER = {
     "name": "get_weather",
@@ -296,3 +297,32 @@ def test_seed_is_taken_and_checked() -> None:
     with pytest.raises(InvalidRequest) as err:
         parse_messages_request({**base, "seed": "seven"})
     assert err.value.param == "seed"
+
+
+def test_thread_is_refused_with_the_code_the_sdks_fall_back_from() -> None:
+    base = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    for thread in ({"type": "create"}, {"type": "continue", "previous_message_id": "msg_1"}):
+        with pytest.raises(ThreadUnsupported) as e:
+            parse_messages_request({**base, "thread": thread})
+        assert e.value.param == "thread" and e.value.code == "thread_unsupported_request"
+    body = error_body(ThreadUnsupported("no threads", param="thread"), "anthropic")
+    assert body["error"]["type"] == "invalid_request_error"
+    assert body["error"]["details"] == {"error_code": "thread_unsupported_request"}
+    assert parse_messages_request({**base, "thread": None}).max_tokens == 5  # null: no thread
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("mcp_servers", [{"type": "url", "url": "https://example.com/sse", "name": "x"}]),
+        ("container", "container_1"),
+        ("context_management", {"edits": [{"type": "clear_tool_uses_20250919"}]}),
+        ("compaction", {"trigger": 1000}),
+    ],
+)
+def test_fields_that_change_the_meaning_are_refused_by_name(field: str, value: Any) -> None:
+    base = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    with pytest.raises(Unsupported) as e:
+        parse_messages_request({**base, field: value})
+    assert e.value.param == field and field in e.value.message and e.value.status == 400
+    assert parse_messages_request({**base, "mcp_servers": []}).max_tokens == 5  # nothing asked

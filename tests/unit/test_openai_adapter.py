@@ -80,11 +80,12 @@ def test_finish_chunk_says_why_and_counts_its_choice() -> None:
     cut = FinishEvent("length", Usage(10, 4, 2), message="output incomplete: max_tokens")
     last = finish_chunk(chat_chunk("id", "m", 0, 1, {}, finish="length", with_usage_field=True), cut, None)
     assert last["choices"][0]["finish_message"] == "output incomplete: max_tokens"
-    assert last["usage"] == {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14,
+    assert last["usage"] is None  # as OpenAI specifies: only the trailing usage chunk has one
+    assert last["choices"][0]["llamay_usage"] == {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14,
                              "prompt_tokens_details": {"cached_tokens": 2}}  # fmt: skip
     check = {"unenforced": [], "valid": True, "errors": []}
     done = finish_chunk(
         completion_chunk("id", "m", 0, 0, "", finish="stop"), FinishEvent("stop", Usage(5, 1)), check
     )
     assert "finish_message" not in done["choices"][0] and done["choices"][0]["schema_check"] == check
-    assert done["usage"]["total_tokens"] == 6
+    assert "usage" not in done and done["choices"][0]["llamay_usage"]["total_tokens"] == 6

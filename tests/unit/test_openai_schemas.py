@@ -1,7 +1,7 @@
 import pytest
 
 from llamay.api.openai.schemas import parse_chat, parse_completion
-from llamay.errors import InvalidRequest
+from llamay.errors import InvalidRequest, Unsupported
 
 
 def chat(**kw: object) -> dict:
@@ -75,3 +75,21 @@ def test_completion_max_tokens_may_be_zero_chat_may_not() -> None:
         parse_completion({"prompt": "x", "max_tokens": -1})
     with pytest.raises(InvalidRequest):
         parse_chat(chat(max_completion_tokens=0))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("web_search_options", {"search_context_size": "low"}),
+        ("audio", {"voice": "alloy", "format": "mp3"}),
+        ("functions", [{"name": "f", "parameters": {"type": "object"}}]),
+        ("function_call", "auto"),
+        ("modalities", ["text", "audio"]),
+    ],
+)
+def test_chat_fields_that_change_the_meaning_are_refused_by_name(field: str, value: object) -> None:
+    base = {"messages": [{"role": "user", "content": "hi"}]}
+    with pytest.raises(Unsupported) as e:
+        parse_chat({**base, field: value})
+    assert e.value.param == field and e.value.status == 400
+    assert parse_chat({**base, "modalities": ["text"]}).common.n == 1

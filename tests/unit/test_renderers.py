@@ -63,7 +63,7 @@ def test_openai_chat_streamed() -> None:
         chunk({"role": "assistant", "content": "", "refusal": None}),
         chunk({"content": "Hel"}),
         chunk({"content": "lo"}),
-        {**chunk({}, "stop"), "usage": usage},
+        chunk({}, "stop", llamay_usage=usage),
         {**head, "choices": [], "usage": usage},
         "[DONE]",
     ]

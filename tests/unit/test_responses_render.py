@@ -16,7 +16,7 @@ from llamay.chat.flow import Piece
 from llamay.chat.pipeline import Choice
 from llamay.chat.tools import ToolCall
 from llamay.errors import InvalidRequest
-from llamay.types import FinishEvent, Usage
+from llamay.types import FinishEvent, TokenEvent, TopLogprob, Usage
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 TOOL = {"type": "function", "name": "get_time", "parameters": {"type": "object", "properties": {}}}
@@ -127,7 +127,11 @@ def test_failed_reason_carries_an_error() -> None:
         ({"input": [], "model": "m"}, "input"),
         ({"input": 3}, "input"),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]}, "input[0].content[0].type"),
-        ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
+        ({"input": [{"type": "item_reference"}]}, "input[0].id"),
+        ({"input": "x", "include": ["message.output_text.logprobs", "web_search_call.results"]}, "include[1]"),
+        ({"input": "x", "include": "reasoning.encrypted_content"}, "include"),
+        ({"input": "x", "truncation": "middle"}, "truncation"),
+        ({"input": "x", "top_logprobs": 21}, "top_logprobs"),
         ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
         ({"input": "x", "metadata": {str(i): "v" for i in range(17)}}, "metadata"),
     ],
@@ -194,3 +198,28 @@ def test_two_calls_are_two_items_with_their_final_arguments() -> None:
     assert [(o["call_id"], o["arguments"]) for o in final["output"]] == [(c.id, c.arguments) for c in calls]
     assert len({o["id"] for o in final["output"]}) == 2
     Response.model_validate(final)
+
+
+def test_logprobs_go_with_the_message_text_they_make() -> None:
+    req = parse_responses({"model": "m", "input": "hi", "include": ["message.output_text.logprobs"],
+                           "top_logprobs": 1})  # fmt: skip
+    assert req.logprobs and req.sampling.logprobs and req.sampling.top_logprobs == 1
+    b = ResponseBuilder(base_json("resp_3", "m", req), summary=False, logprobs=req.logprobs)
+    events = b.start()
+    tok = [TokenEvent(i, t, -0.5 * i, (TopLogprob(9, b"z", -3.0),), t.encode()) for i, t in enumerate(["\n", "Hi", "!"])]
+    events += b.push([Piece("reasoning", "hm")], event=TokenEvent(8, "hm", -0.1, (), b"hm"))
+    events += b.push([Piece("content", "\n")], event=tok[0])  # whitespace: no message yet
+    events += b.push([Piece("content", "Hi")], event=tok[1])
+    events += b.push([], event=tok[2])  # held back, released at the end
+    final, last = b.finish(choice("stop"), [Piece("content", "!")])
+    check_events(events + last)
+    Response.model_validate(final)
+    part = final["output"][1]["content"][0]
+    assert part["text"] == "\nHi!" and [lp["token"] for lp in part["logprobs"]] == ["\n", "Hi", "!"]
+    assert part["logprobs"][1]["logprob"] == -0.5 and part["logprobs"][1]["top_logprobs"][0]["token"] == "z"
+    deltas = [e for e in events + last if e["type"] == "response.output_text.delta"]
+    assert [[lp["token"] for lp in d["logprobs"]] for d in deltas] == [["\n", "Hi"], []]
+    plain = parse_responses({"model": "m", "input": "hi", "include": ["reasoning.encrypted_content",
+                                                                       "file_search_call.results"]})  # fmt: skip
+    assert not plain.logprobs and not plain.sampling.logprobs
+    assert parse_responses({"model": "m", "input": "hi", "truncation": "auto"}).truncation == "auto"

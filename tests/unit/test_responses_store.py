@@ -160,3 +160,22 @@ def test_stored_size_counts_the_conversation_and_response_as_json() -> None:
     small = stored_size(items, {"output": []})
     assert stored_size(items, {"output": ["x" * 1000]}) >= small + 1000
     assert small >= 20  # ten two-byte characters
+
+
+def test_items_are_found_by_their_owner_only_until_evicted() -> None:
+    def with_items(n: int, owner: str | None) -> StoredResponse:
+        item = {"id": f"msg_{n}", "type": "message", "role": "user", "content": []}
+        out = {"id": f"out_{n}", "type": "message", "role": "assistant", "content": []}
+        return StoredResponse(f"resp_{n}", owner, "m", {"id": f"resp_{n}", "output": [out]}, [item], None)
+
+    async def run() -> ResponseStore:
+        s = store(Contexts(), per_owner=2)
+        await s.put(with_items(0, "ann"))
+        assert s.item("ann", "msg_0") is not None and s.item("ann", "out_0") is not None
+        assert s.item("bob", "msg_0") is None and s.item(None, "msg_0") is None
+        await s.put(with_items(1, "ann"))
+        await s.put(with_items(2, "ann"))  # ann's first goes, and its items with it
+        return s
+
+    s = asyncio.run(run())
+    assert s.item("ann", "msg_0") is None and s.item("ann", "out_2") is not None

@@ -6,6 +6,8 @@ Defaults where Anthropic's and a local model's differ:
   returns what it thought, as thinking blocks. `budget_tokens` may be any size >= 1.
 - `tool_choice` "any" / "tool" force calls of the given tools only (no extra tool).
 - `temperature` may go up to 2 (Anthropic: 1).
+- `thread`, `mcp_servers`, `container`, `context_management` and `compaction` are refused
+  by name (400): each changes what the request means, and none is implemented here.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from ...chat.flow import ChatOptions
 from ...chat.prepare import Knobs
 from ...chat.tools import ToolChoice, ToolSpec, parse_tools
-from ...errors import InvalidRequest
+from ...errors import InvalidRequest, ThreadUnsupported
 from ...grammar import Grammar
 from ...types import SamplingParams
 from ..fields import Fields
@@ -170,9 +172,31 @@ def _grammar(f: Fields) -> Grammar | None:
     return schema_grammar(dict(schema), json_style(f), strict=strict, param=f"{where}.schema")
 
 
+# Fields that change what a request means and that this server does not implement.
+UNSUPPORTED = {
+    "mcp_servers": "tools run by remote MCP servers",
+    "container": "a code execution container",
+    "context_management": "edits to the context before the model reads it",
+    "compaction": "server-side compaction of the conversation",
+}
+
+
+def _refuse_unsupported(f: Fields) -> None:
+    """`thread` is answered with Anthropic's own code for it (ThreadUnsupported), on which
+    its SDKs (the tool runner among them) resend the whole conversation without a thread;
+    the other fields in UNSUPPORTED are 400s that name them."""
+    if f.raw("thread") is not None:
+        raise ThreadUnsupported(
+            "'thread': this server keeps no message threads; send the whole conversation without 'thread'",
+            param="thread",
+        )
+    f.refuse(UNSUPPORTED)
+
+
 def parse_messages_request(body: Any, *, counting: bool = False) -> MessagesRequest:
     """Parse a Messages body; `counting` (count_tokens) needs no `max_tokens`."""
     f = Fields(body)
+    _refuse_unsupported(f)
     model = f.text("model", "") or ""
     messages = f.array("messages", required=True)
     max_tokens = f.integer("max_tokens", None, lo=1)

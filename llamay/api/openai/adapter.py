@@ -172,13 +172,16 @@ def chat_chunk(
 
 def finish_chunk(chunk: dict[str, Any], event: FinishEvent, check: dict[str, Any] | None) -> dict[str, Any]:
     """`chunk`, the last of one choice's stream, completed with what the whole response says
-    of that choice: why it ended early, its schema check, and its own usage (always, so a
-    client that did not ask for the usage chunk still learns the counts)."""
+    of that choice: why it ended early, its schema check, and its own counts as the choice's
+    `llamay_usage` (always, so a client that did not ask for the usage chunk still learns
+    them). The chunk's `usage` stays as OpenAI specifies it: null (with `include_usage`) or
+    absent, since clients add up every `usage` a stream carries and the trailing usage chunk
+    already holds the request's totals."""
     choice = chunk["choices"][0]
     choice.update(finish_extra(event))
     if check is not None:
         choice["schema_check"] = check
-    chunk["usage"] = usage_json([event.usage])
+    choice["llamay_usage"] = usage_json([event.usage])
     return chunk
 
 

@@ -6,8 +6,9 @@ the previous response's context and runs on the fork, so only its new tokens are
 (`usage.input_tokens_details.cached_tokens`) and the previous context stays as it was for
 any other branch; the fork, holding the new prompt and reply, becomes the new response's
 context. A first turn keeps its prompt and reply as a new context. When the conversation
-no longer extends what the context holds (a template that rewrites past turns), the turn
-runs without it. `store: false` keeps nothing."""
+no longer extends what the context holds (a template that rewrites past turns, or
+`truncation: "auto"` dropping the oldest items), the turn runs without it. `store: false`
+keeps nothing. `item_reference` inputs name items of the caller's own stored responses."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from starlette.routing import Route
 
 from ...chat.flow import ChatOptions
 from ...chat.pipeline import Choice, Generation, NewContext, Prepared, run
-from ...chat.prepare import ChatInput, Job, Knobs, ModelRef, prepare
-from ...errors import Conflict, InvalidRequest, LlamayError, TooManyRequests
+from ...chat.prepare import ChatInput, Job, Knobs, ModelRef, count_tokens, lookup, prepare
+from ...errors import Conflict, InvalidRequest, LlamayError, NotFound, TooManyRequests
 from ...kv.contexts import ContextRecord
 from ...runtime import LoadedModel
 from ..authn import principal_of
@@ -101,6 +102,56 @@ def _job(req: ResponsesRequest, model: str, messages: list[dict[str, Any]]) -> J
     return Job(ModelRef(model), (ChatInput(opts),), knobs)
 
 
+def _messages(req: ResponsesRequest, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    messages = [{"role": "system", "content": req.instructions}] if req.instructions else []
+    return messages + conversation_messages(items)
+
+
+def resolve(items: list[dict[str, Any]], store: ResponseStore, owner: str | None) -> list[dict[str, Any]]:
+    """`items` with each `item_reference` replaced by the item it names, an input or
+    output item of one of the caller's own stored responses (404 naming the reference
+    when there is none)."""
+    out = []
+    for item in items:
+        if item["type"] != "item_reference":
+            out.append(item)
+            continue
+        found = store.item(owner, item["id"])
+        if found is None:
+            where = f"{item['param']}.id"
+            raise NotFound(f"'{where}': no item '{item['id']}' in your stored responses", param=where)
+        out.append(found)
+    return out
+
+
+async def _fitting(request: Request, req: ResponsesRequest, model: str, items: list[dict[str, Any]]) -> Job:
+    """The job for `items`; with `truncation` "auto", for the fewest items dropped from
+    the start (a turn starts at a user or system message, so no call loses its output)
+    that leave the context room to answer. When even the last turn does not fit, the whole
+    input goes, and is refused as without truncation."""
+    whole = _job(req, model, _messages(req, items))
+    if req.truncation != "auto":
+        return whole
+    runtime = state_of(request).runtime
+    lm, _ = await lookup(runtime, whole.model)
+
+    async def fits(job: Job) -> bool:
+        return await count_tokens(runtime, job) < lm.engine.n_ctx
+
+    if await fits(whole):
+        return whole
+    starts = [i for i, it in enumerate(items) if i > 0 and it["type"] == "message" and it["role"] != "assistant"]
+    best, lo, hi = whole, 0, len(starts) - 1
+    while lo <= hi:  # the earliest start that fits: each later one is shorter
+        mid = (lo + hi) // 2
+        job = _job(req, model, _messages(req, items[starts[mid] :]))
+        if await fits(job):
+            best, hi = job, mid - 1
+        else:
+            lo = mid + 1
+    return best
+
+
 async def create_response(request: Request) -> Response:
     body = await read_json(request)
     # Off the event loop: parsing compiles the tools' and the format's schemas.
@@ -109,20 +160,20 @@ async def create_response(request: Request) -> Response:
     prev = None
     if req.previous_response_id is not None:
         prev = store.get(req.previous_response_id, principal_of(request), param="previous_response_id")
+    owner = principal_of(request).owner_tag(single_user(request))
+    req = replace(req, items=resolve(req.items, store, owner))
     # The conversation: earlier turns' input and output items, then this input.
     items = (prev.items + prev.body["output"] if prev is not None else []) + req.items
     if req.store:  # refused now rather than generated and then not kept
         store.check_size(await asyncio.to_thread(stored_size, items, {}))
-    messages = [{"role": "system", "content": req.instructions}] if req.instructions else []
-    messages += conversation_messages(items)
-    if not messages:
+    if not _messages(req, items):
         raise InvalidRequest("'input' must hold at least one item", param="input")
     try:
         model = req.model or (prev.model if prev is not None else "")
-        ready = await prepare(state_of(request).runtime, _job(req, model, messages))
+        ready = await prepare(state_of(request).runtime, await _fitting(request, req, model, items))
         req = replace(req, sampling=ready.knobs.sampling)  # as it runs, for the response object
         builder = ResponseBuilder(base_json(item_id("resp"), req.model or ready.lm.name, req),
-                                  summary=req.summary is not None)  # fmt: skip
+                                  summary=req.summary is not None, logprobs=req.logprobs)  # fmt: skip
         turn = Turn(request, req, ready.lm, builder, items)
         previous = prev.context_id if prev is not None and prev.model == ready.lm.name else None
         await _start(turn, ready, previous)

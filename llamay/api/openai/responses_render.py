@@ -16,8 +16,9 @@ from typing import Any
 from ...chat.flow import Piece
 from ...chat.pipeline import Choice, Delta, Done, Generation
 from ...errors import LlamayError
-from ...types import Usage
+from ...types import TokenEvent, Usage
 from ..http import SSE, sse_event
+from .adapter import chat_logprob_json
 from .responses_schema import ResponsesRequest, item_id
 
 __all__ = ["ResponseBuilder", "ResponseRenderer", "base_json", "usage_json", "status_of"]
@@ -49,7 +50,7 @@ def base_json(rid: str, model: str, req: ResponsesRequest, created: float | None
         "tool_choice": req.tool_choice_json,
         "tools": req.tools_json,
         "top_p": req.sampling.top_p,
-        "truncation": "disabled",
+        "truncation": req.truncation,
         "usage": None,
         "user": None,
     }
@@ -75,11 +76,17 @@ def status_of(reason: str) -> str:
 
 class ResponseBuilder:
     """Feeds pieces in (`push`), takes events out; `finish` closes the open item and
-    returns the final response and its last events. Events carry `sequence_number`s from 0."""
+    returns the final response and its last events. Events carry `sequence_number`s from 0.
+    With `logprobs`, each token that makes message text carries its log-prob in the
+    delta that shows it and in the output_text part (a token whose text is held back
+    goes with the message it ends up in)."""
 
-    def __init__(self, base: J, *, summary: bool) -> None:
+    def __init__(self, base: J, *, summary: bool, logprobs: bool = False) -> None:
         self.base = base
         self.summary = summary
+        self.logprobs = logprobs
+        self._lps: list[J] = []  # the open message's token log-probs
+        self._held: list[J] = []  # those of tokens whose text no item shows yet
         self.output: list[J] = []
         self.seq = 0
         self.reasoning_tokens = 0
@@ -100,22 +107,31 @@ class ResponseBuilder:
         return [self._ev("response.created", response=self.snapshot()),
                 self._ev("response.in_progress", response=self.snapshot())]  # fmt: skip
 
-    def push(self, pieces: list[Piece], *, token: bool = True) -> list[J]:
+    def push(self, pieces: list[Piece], *, token: bool = True, event: TokenEvent | None = None) -> list[J]:
         """The events of one step's pieces; `token`: the step is one generated token (for
-        counting reasoning tokens)."""
+        counting reasoning tokens); `event`: that token, for its log-prob."""
         if token and any(p.kind == "reasoning" for p in pieces):
             self.reasoning_tokens += 1
+        lp: list[J] = []
+        if self.logprobs and event is not None and all(p.kind == "content" for p in pieces):
+            lp = [chat_logprob_json(event)]
+            if not pieces:  # its text is held back: it goes with the item that shows it
+                (self._lps if self._open is not None and self._open["type"] == "message" else self._held).extend(lp)
+                lp = []
         out: list[J] = []
         for p in pieces:
-            out += self._piece(p)
+            out += self._piece(p, lp)
+            lp = []
         return out
 
     def _where(self) -> J:
         assert self._open is not None
         return {"item_id": self._open["id"], "output_index": len(self.output) - 1}
 
-    def _piece(self, p: Piece) -> list[J]:
+    def _piece(self, p: Piece, lp: list[J]) -> list[J]:
         kind = self._open["type"] if self._open is not None else None
+        if p.kind != "content":
+            self._held = []
         if p.kind == "reasoning":
             out = [] if kind == "reasoning" else self._close("completed") + self._open_reasoning()
             key = "reasoning_summary_text.delta" if self.summary else "reasoning_text.delta"
@@ -126,15 +142,18 @@ class ResponseBuilder:
             if kind != "message":
                 if not (self._ws + p.text).strip():
                     self._ws += p.text
+                    self._held += lp
                     return []
                 text, self._ws = self._ws + p.text, ""
                 out = self._close("completed") + self._open_message()
+                lp, self._held = self._held + lp, []
             else:
                 text, out = p.text, []
             self._text += text
+            self._lps += lp
             return out + [
                 self._ev(
-                    "response.output_text.delta", **self._where(), content_index=0, delta=text, logprobs=[]
+                    "response.output_text.delta", **self._where(), content_index=0, delta=text, logprobs=lp
                 )
             ]
         if p.kind == "call":
@@ -149,7 +168,7 @@ class ResponseBuilder:
         return []
 
     def _add(self, item: J) -> list[J]:
-        self._open, self._text = item, ""
+        self._open, self._text, self._lps = item, "", []
         self.output.append(item)
         return [self._ev("response.output_item.added", output_index=len(self.output) - 1, item=dict(item))]
 
@@ -198,9 +217,9 @@ class ResponseBuilder:
                 out.append(self._ev("response.content_part.done", **where, content_index=0, part=part))
                 item["content"] = [part]
         elif item["type"] == "message":
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": self._lps}
             out.append(
-                self._ev("response.output_text.done", **where, content_index=0, text=text, logprobs=[])
+                self._ev("response.output_text.done", **where, content_index=0, text=text, logprobs=self._lps)
             )
             out.append(self._ev("response.content_part.done", **where, content_index=0, part=part))
             item["content"], item["status"] = [part], status
@@ -254,7 +273,7 @@ class ResponseRenderer:
         return [sse_event(e) for e in self.builder.start()] if self.streaming else ()
 
     def delta(self, step: Delta) -> Sequence[bytes]:
-        events = self.builder.push(step.pieces)
+        events = self.builder.push(step.pieces, event=step.token)
         return [sse_event(e) for e in events] if self.streaming else ()
 
     def done(self, step: Done) -> Sequence[Any]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ...chat.tools import parse_tool_choice, parse_tools
 from ...chat.tools.spec import MAX_TOOLS, ToolChoice, ToolSpec
-from ...errors import InvalidRequest, LlamayError
+from ...errors import InvalidRequest, LlamayError, Unsupported
 from ...grammar import Grammar
 from ...types import SamplingParams
 from ..fields import Fields
@@ -39,14 +39,27 @@ ROLES = ("user", "assistant", "system", "developer")
 # Accepted and ignored: they name the caller or tune OpenAI's own caching and billing.
 IGNORED = ("user", "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "service_tier")
 # Accepted only at the value that changes nothing here.
-OFF_VALUES: dict[str, Any] = {"background": False, "top_logprobs": 0, "truncation": "disabled", "include": []}
+OFF_VALUES: dict[str, Any] = {"background": False}
+# `include` values with a meaning here (the others are refused by name):
+INCLUDES = {
+    # each output_text part's tokens with their log-probs (and `top_logprobs` alternatives)
+    "message.output_text.logprobs",
+    # reasoning is not encrypted here: reasoning items carry their text, and come back as
+    # input as they are, so there is nothing more to include
+    "reasoning.encrypted_content",
+    # no file_search_call items are made here (hosted tools are refused), so there are no
+    # results to leave out or put in
+    "file_search_call.results",
+}
+TRUNCATIONS = ("disabled", "auto")
+MAX_TOP_LOGPROBS = 20
 # Refused whenever set: this server has no equivalent.
 REFUSED = ("conversation", "prompt", "max_tool_calls", "context_management")
 KNOWN = frozenset(
     ("model", "input", "instructions", "stream", "stream_options", "tools", "tool_choice",
      "parallel_tool_calls", "text", "reasoning", "max_output_tokens", "temperature", "top_p",
      "metadata", "store", "previous_response_id", "seed", "json_layout", "schema_shape",
-     *IGNORED, *OFF_VALUES, *REFUSED)
+     "include", "truncation", "top_logprobs", *IGNORED, *OFF_VALUES, *REFUSED)
 )  # fmt: skip
 
 
@@ -79,6 +92,13 @@ class ResponsesRequest:
     metadata: dict[str, str] = field(default_factory=dict)
     store: bool = True
     previous_response_id: str | None = None
+    include: frozenset[str] = frozenset()
+    truncation: str = "disabled"  # "auto": the oldest input items make way for the context
+
+    @property
+    def logprobs(self) -> bool:
+        """Whether output_text parts carry their tokens' log-probs."""
+        return "message.output_text.logprobs" in self.include
 
     @property
     def thinking(self) -> bool:
@@ -99,9 +119,31 @@ def _check_fields(f: Fields) -> None:
             raise InvalidRequest(f"'{key}' is not supported by this server", param=key)
 
 
+def _include(f: Fields) -> frozenset[str]:
+    raw = f.array("include")
+    if raw is None:
+        return frozenset()
+    for i, value in enumerate(raw):
+        if not isinstance(value, str):
+            raise InvalidRequest(f"'include[{i}]' must be a string", param=f"include[{i}]")
+        if value not in INCLUDES:
+            raise Unsupported(
+                f"'include[{i}]' {value!r} is not supported by this server (only {', '.join(sorted(INCLUDES))})",
+                param=f"include[{i}]",
+            )
+    return frozenset(raw)
+
+
 def parse_responses(body: Any) -> ResponsesRequest:
     f = Fields(body)
     _check_fields(f)
+    include = _include(f)
+    truncation = f.text("truncation", "disabled")
+    if truncation not in TRUNCATIONS:
+        raise InvalidRequest("'truncation' must be \"auto\" or \"disabled\"", param="truncation")
+    top = f.integer("top_logprobs", 0, lo=0, hi=MAX_TOP_LOGPROBS)
+    if top:  # alternatives are asked for with each token: its log-prob comes too
+        include |= {"message.output_text.logprobs"}
     items = _input(f.raw("input"))
     instructions = f.text("instructions")
     tools, tools_json = _tools(f.raw("tools"))
@@ -121,6 +163,8 @@ def parse_responses(body: Any) -> ResponsesRequest:
         temperature=f.number("temperature", 1.0, lo=0.0, hi=2.0),
         top_p=f.number("top_p", 1.0, lo=0.0, hi=1.0),
         seed=f.integer("seed", None),
+        logprobs="message.output_text.logprobs" in include,
+        top_logprobs=top,
     ).validate()
     if not items and previous is None:
         raise InvalidRequest("'input' must hold at least one item", param="input")
@@ -144,6 +188,8 @@ def parse_responses(body: Any) -> ResponsesRequest:
         metadata=_metadata(f.obj("metadata")),
         store=bool(f.flag("store", True)),
         previous_response_id=previous,
+        include=include,
+        truncation=truncation,
     )
 
 
@@ -183,10 +229,13 @@ def _input(raw: Any) -> list[dict[str, Any]]:
             items.append(_call_output(f))
         elif kind == "reasoning":
             items.append(_reasoning_item(f))
+        elif kind == "item_reference":
+            # resolved against the caller's stored responses by the route (`resolve`)
+            items.append({"type": "item_reference", "id": f.text("id", required=True), "param": f.prefix})
         else:
             raise InvalidRequest(
                 f"'input[{i}].type' {kind!r} is not supported (message, function_call, "
-                "function_call_output and reasoning are)",
+                "function_call_output, reasoning and item_reference are)",
                 param=f"input[{i}].type",
             )
     return items

@@ -59,6 +59,11 @@ def stored_size(items: list[dict[str, Any]], body: dict[str, Any]) -> int:
     return len(json.dumps([items, body], ensure_ascii=False, separators=(",", ":")).encode())
 
 
+def _items_of(rec: StoredResponse) -> list[dict[str, Any]]:
+    """The items an `item_reference` may name in `rec`: its conversation and its output."""
+    return [*rec.items, *rec.body.get("output", [])]
+
+
 def visible(rec: StoredResponse, principal: Principal) -> bool:
     """Contexts' rule: the owner, an admin, or anyone for a record without an owner."""
     return principal.admin or rec.owner is None or rec.owner == principal.name
@@ -86,6 +91,8 @@ class ResponseStore:
         self._records: OrderedDict[str, StoredResponse] = OrderedDict()  # oldest first
         self._owned: dict[str | None, int] = {}  # bytes kept per owner
         self._bytes = 0
+        # (owner, item id) -> (the record holding it, the item), for `item_reference`
+        self._items: dict[tuple[str | None, str], tuple[str, dict[str, Any]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
@@ -105,6 +112,13 @@ class ResponseStore:
             raise NotFound(f"response '{rid}' not found", param=param)
         return rec
 
+    def item(self, owner: str | None, iid: str) -> dict[str, Any] | None:
+        """The input or output item `iid` of one of `owner`'s stored responses (the most
+        recently stored one that holds it), or None."""
+        self._expire()
+        found = self._items.get((owner, iid))
+        return found[1] if found is not None else None
+
     def check_size(self, size: int) -> None:
         """InvalidRequest when a conversation of `size` bytes could never be stored for one
         principal (asked before the turn runs)."""
@@ -119,6 +133,9 @@ class ResponseStore:
         self._expire()
         rec.stored_at = self.clock()
         self._records[rec.id] = rec
+        for it in _items_of(rec):
+            if isinstance(it.get("id"), str):
+                self._items[(rec.owner, it["id"])] = (rec.id, it)
         self._bytes += rec.size
         self._owned[rec.owner] = self._owned.get(rec.owner, 0) + rec.size
         mine = [r for r in self._records.values() if r.owner == rec.owner and r is not rec]
@@ -146,6 +163,11 @@ class ResponseStore:
     def _forget(self, rec: StoredResponse) -> None:
         if self._records.pop(rec.id, None) is None:
             return
+        for it in _items_of(rec):
+            key = (rec.owner, str(it.get("id")))
+            held = self._items.get(key)
+            if held is not None and held[0] == rec.id:
+                del self._items[key]
         self._bytes -= rec.size
         left = self._owned.get(rec.owner, 0) - rec.size
         if left > 0:

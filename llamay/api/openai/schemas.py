@@ -10,7 +10,7 @@ from ...chat.flow import ChatOptions, effort_budget
 from ...chat.prepare import Knobs
 from ...chat.tools import parse_tool_choice, parse_tools
 from ...engine.repetition import RepetitionParams
-from ...errors import InvalidRequest
+from ...errors import InvalidRequest, Unsupported
 from ...grammar import Grammar
 from ...types import DRY_BREAKERS, MAX_BREAKERS, SamplingParams
 from ..fields import Fields
@@ -257,8 +257,26 @@ def _grammar(f: Fields) -> Grammar | None:
     )
 
 
+# Chat fields that change what a request means and that this server does not implement:
+# refused by name rather than dropped.
+UNSUPPORTED_CHAT = {
+    "web_search_options": "a web search before answering",
+    "audio": "audio output",
+    "functions": "legacy function calling; send 'tools'",
+    "function_call": "legacy function calling; send 'tool_choice'",
+}
+
+
+def _modalities(f: Fields) -> None:
+    raw = f.raw("modalities")
+    if raw is not None and raw != ["text"]:
+        raise Unsupported("'modalities' other than [\"text\"] is not supported by this server", param="modalities")
+
+
 def parse_chat(body: Any) -> ChatRequest:
     f = Fields(body)
+    f.refuse(UNSUPPORTED_CHAT)
+    _modalities(f)
     messages = f.array("messages", required=True)
     if not messages:
         raise InvalidRequest("'messages' must contain at least one message", param="messages")
