@@ -96,7 +96,11 @@ def recorded_fleet() -> str | None:
         record = json.loads(_record_path().read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(record, dict) or not _alive(record.get("pid")) or not isinstance(record.get("url"), str):
+    if (
+        not isinstance(record, dict)
+        or not _alive(record.get("pid"))
+        or not isinstance(record.get("url"), str)
+    ):
         return None
     return str(record["url"])
 

@@ -86,9 +86,12 @@ def _load_on(url: str, model: str, key: str | None, term: Term) -> None:
             if r.status_code in (400, 404):
                 r.read()
                 error = r.json().get("error")
-                if error:
-                    raise error_of(error if isinstance(error, dict) else {"message": str(error)}, r.status_code)
-                return
+                if not error:
+                    return
+                body = error if isinstance(error, dict) else {"message": str(error)}
+                if r.status_code == 404:  # Ollama's shape carries no code: 404 is the model
+                    body = {"code": "model_not_found", **body}
+                raise error_of(body, r.status_code)
             if r.status_code != 200:
                 return
             for line in r.iter_lines():

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import re
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import httpx
 
@@ -17,8 +19,23 @@ from . import ctx, docs, embed, fleet, index, models, redact, run, serve
 __all__ = ["main", "build_parser", "parse"]
 
 
+# argparse reads `-hots` as `-h` given "ots": a mistyped flag that starts like -h.
+_AFTER_HELP = re.compile(r"argument -h/--help: ignored explicit argument '(.*)'")
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors about a mistyped flag name the nearest real one.
+    Every verb's parser is one too (subparsers take their parent's class)."""
+
+    def error(self, message: str) -> Any:
+        stuck = _AFTER_HELP.fullmatch(message)
+        if stuck:
+            message = _unknown(self, ["-h" + stuck.group(1)])
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="llamay",
         description="Run GGUF models locally behind the APIs your code already speaks.",
         allow_abbrev=False,

@@ -92,7 +92,9 @@ def test_a_missing_model_names_the_pull_before_any_chat(server: ServerProc, home
     assert "Traceback" not in here.stderr
 
 
-def test_every_verb_finds_the_server_by_one_name(server: ServerProc, home: Path, tiny_think_model_path: Path) -> None:
+def test_every_verb_finds_the_server_by_one_name(
+    server: ServerProc, home: Path, tiny_think_model_path: Path
+) -> None:
     by_flag = run(cli("ps", "-host", host_of(server)), env_of(home))
     by_env = run(cli("ps"), env_of(home, LLAMAY_HOST=host_of(server)))
     by_old_flag = run(cli("ps", "-url", server.base), env_of(home))
