@@ -21,6 +21,7 @@ __all__ = [
     "resolve_model",
     "fail",
     "pull_hint",
+    "check_response",
 ]
 
 DEFAULT_HOST = "localhost:11435"
@@ -46,6 +47,22 @@ def server_url(host: str | None) -> str:
     else localhost:11435; a bare HOST:PORT gets http://."""
     host = (host or os.environ.get("LLAMAY_HOST") or os.environ.get("LLAMAY_URL") or DEFAULT_HOST).strip()
     return host.rstrip("/") if "://" in host else f"http://{host.rstrip('/')}"
+
+
+def check_response(r: Any) -> Any:
+    """The httpx response `r` if it succeeded; else the server's own message, raised as the
+    LlamayError of its kind (as the same call made locally raises), or its status and body
+    when it sent no message."""
+    if r.status_code >= 400:
+        from ..library.remote_wire import error_of
+
+        r.read()
+        try:
+            error = r.json()["error"]
+        except (ValueError, KeyError, TypeError):
+            raise RuntimeError(f"the server answered {r.status_code}: {r.text[:500]}") from None
+        raise error_of(error if isinstance(error, dict) else {"message": str(error)}, r.status_code, None)
+    return r
 
 
 def human_count(n: int) -> str:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from .common import fail, flag, host_flags, server_url
+from .common import check_response, fail, flag, host_flags, server_url
 from .serve import add_server_flags, config_from_args
 
 if TYPE_CHECKING:
@@ -133,9 +133,7 @@ def _client(args: argparse.Namespace) -> httpx.Client:
 
 
 def _check(r: httpx.Response) -> dict[str, Any]:
-    if r.status_code >= 400:
-        raise RuntimeError(f"{r.request.method} {r.request.url.path}: {r.status_code} {r.text}")
-    out: dict[str, Any] = r.json()
+    out: dict[str, Any] = check_response(r).json()
     return out
 
 

@@ -89,6 +89,15 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
     return args
 
 
+def _address(exc: httpx.ConnectError) -> str:
+    """scheme://host:port of the request that could not connect."""
+    try:
+        url = exc.request.url
+    except RuntimeError:
+        return "the address given"
+    return f"{url.scheme}://{url.netloc.decode()}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parse(parser, argv)
@@ -104,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except LlamayError as exc:
         print(f"llamay: {exc.message}", file=sys.stderr)
+        return 1
+    except httpx.ConnectError as exc:
+        what = "fleet" if args.verb == "fleet" else "llamay server"
+        print(f"llamay: no {what} is running at {_address(exc)}", file=sys.stderr)
         return 1
     except (RuntimeError, OSError, httpx.HTTPError) as exc:
         print(f"llamay: {exc}", file=sys.stderr)

@@ -20,6 +20,7 @@ import httpx
 
 from ..errors import LlamayError
 from ..store import ModelStore, PullPrinter, parse_params
+from .common import check_response as _check
 from .common import fail, flag, host_flags, human_bytes, pull_hint, server_url
 from .show import show
 
@@ -108,21 +109,6 @@ def _server(args: argparse.Namespace) -> httpx.Client | None:
         pass
     client.close()
     return None
-
-
-def _check(r: httpx.Response) -> httpx.Response:
-    """`r` if it succeeded; else the server's own message (a LlamayError of its kind, as
-    a local call raises), or its status and body when it sent no message."""
-    if r.status_code >= 400:
-        from ..library.remote_wire import error_of
-
-        r.read()
-        try:
-            error = r.json()["error"]
-        except (ValueError, KeyError, TypeError):
-            raise RuntimeError(f"the server answered {r.status_code}: {r.text[:500]}") from None
-        raise error_of(error if isinstance(error, dict) else {"message": str(error)}, r.status_code, None)
-    return r
 
 
 def pull(args: argparse.Namespace) -> int:
