@@ -98,12 +98,23 @@ class ServerLimits:
     """`max_connections`: open connections (and running requests) before uvicorn answers
     503. `header_timeout`: seconds to receive a request's headers. `body_timeout`: seconds
     to receive a whole request body. `keep_alive_timeout`: seconds an idle connection stays
-    open between requests."""
+    open between requests. `max_body`: bytes of a request body (a snapshot restore's limit
+    follows from its model instead), else 413. `max_field`: UTF-8 bytes of a free-text
+    field the server keeps beyond the request (a context's marking, an item id stored with
+    a response), else 400 naming the field. `responses_per_key` / `responses_total`: bytes
+    of stored Responses (their conversation and output, as JSON) kept for one principal /
+    for everyone; past either the oldest records go. `response_ttl`: seconds a stored
+    response is kept."""
 
     max_connections: int = 256
     header_timeout: float = 10.0
     body_timeout: float = 120.0
     keep_alive_timeout: float = 5.0
+    max_body: int = 32 * 1024 * 1024
+    max_field: int = 1024
+    responses_per_key: int = 64 * 1024 * 1024
+    responses_total: int = 512 * 1024 * 1024
+    response_ttl: float = 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -198,7 +209,9 @@ def _check_runtime(rc: RuntimeConfig) -> None:
 
 
 def _check_limits(limits: ServerLimits) -> None:
-    for name in ("max_connections", "header_timeout", "body_timeout"):
+    names = ("max_connections", "header_timeout", "body_timeout", "max_body", "max_field",
+             "responses_per_key", "responses_total", "response_ttl")  # fmt: skip
+    for name in names:
         value = getattr(limits, name)
         if not value > 0:  # NaN too
             raise ConfigError(f"-{name.replace('_', '-')} must be positive, not {value}")

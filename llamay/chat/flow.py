@@ -98,21 +98,21 @@ class ChatSetup:
 
 
 def prepare_chat(lm: LoadedModel, opts: ChatOptions) -> ChatSetup:
-    traits = model_traits(lm)
     tools, finish = _with_finish_tool(opts)
     if opts.tool_choice.mode == "none":
         # No calls may be made, so none are parsed either: a reply that looks like one (a
         # JSON answer, say) is content.
         tools = []
+    template, traits = lm.chat_template(bool(tools))
     fmt = traits.tool_format
     messages, extra = fmt.prepare(opts.messages, tools)
     kwargs = {**opts.template_kwargs, **extra}
     # Said either way, as llama.cpp does: some templates open the think block only when
     # told to (QwQ's and DeepSeek's in llama.cpp's tree test `enable_thinking`).
     kwargs.setdefault("enable_thinking", opts.thinking)
-    kwargs = {**asked_variables(lm.template.variables, opts), **kwargs}
-    text = lm.template.render(messages, add_generation_prompt=True, **kwargs)
-    text = lm.template.strip_bos_eos(text, add_bos=lm.model.add_bos)
+    kwargs = {**asked_variables(template.variables, opts), **kwargs}
+    text = template.render(messages, add_generation_prompt=True, **kwargs)
+    text = template.strip_bos_eos(text, add_bos=lm.model.add_bos)
     tokens = lm.model.tokenize(text, add_special=True, parse_special=True)
     markers = traits.reasoning
     started = markers is not None and markers.opened_by(text)
@@ -253,7 +253,7 @@ def _constraint(
         # only when the template can show the model such a turn (else it invents calls).
         parallel = opts.parallel_tool_calls
         if parallel is None:
-            parallel = supports_parallel_calls(lm.template.source)
+            parallel = supports_parallel_calls(lm.chat_template(True)[0].source)
         parallel = parallel and opts.tool_choice.mode != "function"
         tp = traits.tool_format.plan(tools, opts.tool_choice, parallel, lm.model.special_id)
         if markers is not None and (opts.thinking or started):

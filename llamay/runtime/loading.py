@@ -42,11 +42,23 @@ class LoadedModel:
     keep_alive: float = -1.0  # seconds idle before unloading; negative: never
     thinking_budget: int | None = None  # the server's default thinking budget (-reasoning-budget)
     last_used: float = field(default_factory=time.time)
+    # The template for requests with tools, when the GGUF has its own for them.
+    tool_template: ChatTemplate | None = None
     # Tool-call format and think markers, from the template and vocabulary; set at load.
     traits: Traits = field(init=False)
+    tool_traits: Traits | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.traits = detect_traits(self.template.source, self.model.special_id)
+        if self.tool_template is not None:
+            self.tool_traits = detect_traits(self.tool_template.source, self.model.special_id)
+
+    def chat_template(self, tools: bool) -> tuple[ChatTemplate, Traits]:
+        """The template (and its traits) for a request with or without tools: the GGUF's
+        tool-use template when there are tools and it has one, as llama.cpp chooses."""
+        if tools and self.tool_template is not None and self.tool_traits is not None:
+            return self.tool_template, self.tool_traits
+        return self.template, self.traits
 
     def touch(self) -> None:
         self.last_used = time.time()
@@ -115,6 +127,11 @@ def load_model(
         )
     else:
         template = ChatTemplate.chatml()
+    tool_template = None
+    if config.chat_template_file is None and model.info.tool_template:
+        tool_template = ChatTemplate(
+            model.info.tool_template, bos_token=model.info.bos_token, eos_token=model.info.eos_token
+        )
     if sha256 is None:
         from ..store import file_sha256
 
@@ -142,7 +159,8 @@ def load_model(
     )
     engine = Engine(model, ctx, settings, kv)
     try:
-        loaded = LoadedModel(name, model, ctx, engine, template, sha256)  # detects the traits
+        # Building it detects the traits.
+        loaded = LoadedModel(name, model, ctx, engine, template, sha256, tool_template=tool_template)
         loaded.thinking_budget = config.reasoning_budget
         return loaded
     except Exception:

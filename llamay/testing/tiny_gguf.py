@@ -255,6 +255,7 @@ def write_tiny_llama(
     extra_tokens: Sequence[str] = (),
     user_tokens: Sequence[str] = (),
     name: str = "tiny-llama",
+    tool_use_template: str | None = None,
 ) -> Path:
     """Write a tiny f32 "llama" GGUF model to ``path`` and return ``path`` as a ``Path``.
 
@@ -263,7 +264,8 @@ def write_tiny_llama(
     user-defined ones (always parsed and rendered as text, like ``<think>`` in Qwen3); both come
     after the shared vocabulary (see ``TinyVocab``).  ``eos`` and ``eot`` are ``<|im_end|>``;
     ``bos``, ``pad`` and ``unk`` are ``<|endoftext|>``, which llama.cpp also treats as
-    end-of-generation; no BOS or EOS is added when tokenizing.  ``chat_template=None`` writes none.
+    end-of-generation; no BOS or EOS is added when tokenizing.  ``chat_template=None`` writes none;
+    ``tool_use_template`` is written beside it as the named template ``tool_use`` (Command R's files).
     With ``</think>`` among the tokens the reasoning path is wired in (see the module docstring).
     Raises ``ValueError`` for shapes the wiring needs but does not get (n_embd >= 32, even heads).
     """
@@ -301,7 +303,13 @@ def write_tiny_llama(
     writer.add_unk_token_id(vocab.id(ENDOFTEXT))
     writer.add_add_bos_token(False)
     writer.add_add_eos_token(False)
-    if chat_template is not None:
+    if chat_template is not None and tool_use_template is not None:
+        named = [
+            {"name": "default", "template": chat_template},
+            {"name": "tool_use", "template": tool_use_template},
+        ]
+        writer.add_chat_template(named)
+    elif chat_template is not None:
         writer.add_chat_template(chat_template)
 
     for tensor_name, data in tensors.items():
