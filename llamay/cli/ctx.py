@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from .common import flag
+from .common import flag, host_flags, server_url
 
 __all__ = ["add_parser"]
-
-DEFAULT_URL = "http://localhost:11435"
 
 
 def add_parser(sub: Any) -> None:
@@ -28,13 +25,7 @@ def add_parser(sub: Any) -> None:
 
     def verb(name: str, help_: str) -> argparse.ArgumentParser:
         v: argparse.ArgumentParser = verbs.add_parser(name, help=help_, allow_abbrev=False, description=help_)
-        flag(
-            v,
-            "url",
-            default=os.environ.get("LLAMAY_URL", DEFAULT_URL),
-            help=f"server URL (default {DEFAULT_URL})",
-        )
-        flag(v, "key", default=os.environ.get("LLAMAY_API_KEY"), help="API key (default: $LLAMAY_API_KEY)")
+        host_flags(v)
         return v
 
     verb("ls", "list contexts").set_defaults(func=ls)
@@ -50,15 +41,15 @@ def add_parser(sub: Any) -> None:
     v.set_defaults(func=rm)
     v = verb("move", "move a context to another server (deleted here only once the target has it)")
     v.add_argument("id")
-    flag(v, "from", dest="src", default=None, help="source server URL (default: -url)")
-    flag(v, "to", dest="dst", required=True, help="target server URL")
+    flag(v, "from", dest="src", default=None, help="source server (default: -host)")
+    flag(v, "to", dest="dst", required=True, help="target server: HOST:PORT or a URL")
     flag(v, "to-key", dest="to_key", default=None, help="API key for the target (default: -key)")
     v.set_defaults(func=move)
 
 
-def _client(url: str, key: str | None) -> httpx.Client:
+def _client(host: str | None, key: str | None) -> httpx.Client:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    return httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=600)
+    return httpx.Client(base_url=server_url(host), headers=headers, timeout=600)
 
 
 def _check(r: httpx.Response) -> httpx.Response:
@@ -73,7 +64,7 @@ def _check(r: httpx.Response) -> httpx.Response:
 
 def ls(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
-    with _client(args.url, args.key) as c:
+    with _client(args.host, args.key) as c:
         params = {"limit": "1000"}
         while True:  # the server returns a page at a time
             page = _check(c.get("/v1/contexts", params=params)).json()
@@ -89,7 +80,7 @@ def ls(args: argparse.Namespace) -> int:
 
 
 def snapshot(args: argparse.Namespace) -> int:
-    with _client(args.url, args.key) as c:
+    with _client(args.host, args.key) as c:
         data = _check(c.get(f"/v1/contexts/{args.id}/snapshot")).content
     args.output.write_bytes(data)
     print(f"wrote {args.output} ({len(data):,} bytes)", file=sys.stderr)
@@ -97,20 +88,20 @@ def snapshot(args: argparse.Namespace) -> int:
 
 
 def restore(args: argparse.Namespace) -> int:
-    with _client(args.url, args.key) as c:
+    with _client(args.host, args.key) as c:
         got = _check(c.post("/v1/contexts/restore", content=args.file.read_bytes())).json()
     print(got["id"])
     return 0
 
 
 def rm(args: argparse.Namespace) -> int:
-    with _client(args.url, args.key) as c:
+    with _client(args.host, args.key) as c:
         _check(c.delete(f"/v1/contexts/{args.id}"))
     return 0
 
 
 def move(args: argparse.Namespace) -> int:
-    src_url = args.src or args.url
+    src_url = args.src or args.host
     with _client(src_url, args.key) as src, _client(args.dst, args.to_key or args.key) as dst:
         data = _check(src.get(f"/v1/contexts/{args.id}/snapshot")).content
         new_id = _check(dst.post("/v1/contexts/restore", content=data)).json()["id"]

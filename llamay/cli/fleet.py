@@ -1,12 +1,15 @@
 """`llamay fleet`: llamay replicas on Ray Serve (`pip install 'llamay[fleet]'`).
 
 `fleet up` starts a local Ray cluster (or joins the one in RAY_ADDRESS), deploys the replicas
-and the ingress, and stays in the foreground owning them; `status`, `scale` and `down` talk to
-the ingress over HTTP (/v1/fleet, admin) like `llamay ctx` does."""
+and the ingress, and stays in the foreground owning them, its address recorded in the llamay
+home (`fleet.json`) while it runs; `status`, `scale` and `down` talk to the ingress over HTTP
+(/v1/fleet, admin) like `llamay ctx` does, at -host, else at the recorded fleet's address."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -14,16 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from .common import fail, flag
+from .common import check_response, fail, flag, host_flags, server_url
 from .serve import add_server_flags, config_from_args
 
 if TYPE_CHECKING:
     from ..config import ServerConfig
     from ..fleet.spec import FleetSpec
 
-__all__ = ["add_parser", "fleet_spec"]
+__all__ = ["add_parser", "fleet_spec", "recorded_fleet"]
 
-DEFAULT_URL = "http://localhost:11435"
+RECORD = "fleet.json"
 
 
 def add_parser(sub: Any) -> None:
@@ -57,18 +60,7 @@ def add_parser(sub: Any) -> None:
 
     def remote(name: str, help_: str) -> argparse.ArgumentParser:
         v: argparse.ArgumentParser = verbs.add_parser(name, help=help_, allow_abbrev=False, description=help_)
-        flag(
-            v,
-            "url",
-            default=os.environ.get("LLAMAY_URL", DEFAULT_URL),
-            help=f"fleet URL (default {DEFAULT_URL})",
-        )
-        flag(
-            v,
-            "key",
-            default=os.environ.get("LLAMAY_API_KEY"),
-            help="admin API key (default: $LLAMAY_API_KEY)",
-        )
+        host_flags(v, "the fleet (default: the one `fleet up` started from this llamay home)")
         return v
 
     remote("status", "replicas: node, model, running/queued, KV use, cached cells, contexts").set_defaults(
@@ -80,15 +72,68 @@ def add_parser(sub: Any) -> None:
     remote("down", "stop the fleet (the `fleet up` process exits)").set_defaults(func=run_down)
 
 
+def _record_path() -> Path:
+    from ..store.layout import llamay_home
+
+    return llamay_home() / RECORD
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recorded_fleet() -> str | None:
+    """The URL of the fleet `fleet up` runs from this llamay home, if its process lives."""
+    try:
+        record = json.loads(_record_path().read_text())
+    except (OSError, ValueError):
+        return None
+    if (
+        not isinstance(record, dict)
+        or not _alive(record.get("pid"))
+        or not isinstance(record.get("url"), str)
+    ):
+        return None
+    return str(record["url"])
+
+
+def _record(host: str, port: int) -> None:
+    """Note where this `fleet up` listens (a wildcard address is reached on loopback)."""
+    reach = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    reach = f"[{reach}]" if ":" in reach else reach
+    path = _record_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"url": f"http://{reach}:{port}", "pid": os.getpid()}))
+    tmp.replace(path)
+
+
+def _unrecord() -> None:
+    """Remove the record if it is this process's own (a later fleet may have replaced it)."""
+    path = _record_path()
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+
+
 def _client(args: argparse.Namespace) -> httpx.Client:
+    """The fleet's address: -host, else the running fleet recorded in the llamay home,
+    else $LLAMAY_HOST / $LLAMAY_URL, else localhost:11435."""
     headers = {"Authorization": f"Bearer {args.key}"} if args.key else {}
-    return httpx.Client(base_url=args.url.rstrip("/"), headers=headers, timeout=120)
+    url = server_url(args.host or recorded_fleet())
+    return httpx.Client(base_url=url, headers=headers, timeout=120)
 
 
 def _check(r: httpx.Response) -> dict[str, Any]:
-    if r.status_code >= 400:
-        raise RuntimeError(f"{r.request.method} {r.request.url.path}: {r.status_code} {r.text}")
-    out: dict[str, Any] = r.json()
+    out: dict[str, Any] = check_response(r).json()
     return out
 
 
@@ -173,7 +218,11 @@ def run_up(args: argparse.Namespace) -> int:
     name, host, port = spec.model[0], spec.host, spec.port
 
     def ready() -> None:
+        _record(host, port)
         print(f"llamay fleet: {args.replicas} replicas of {name} at http://{host}:{port} "
               f"(router: {args.router}); `llamay fleet down` or Ctrl-C stops it", file=sys.stderr, flush=True)  # fmt: skip
 
-    return run_fleet(spec, on_ready=ready)
+    try:
+        return run_fleet(spec, on_ready=ready)
+    finally:
+        _unrecord()

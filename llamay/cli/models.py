@@ -1,7 +1,7 @@
 """`llamay` verbs for models: pull, list, show, cp, rm, create, ps, stop, reset.
 
 list, show and create work on the local store. ps, stop and reset talk to a running server. pull,
-rm and cp go to the server when one answers `GET /api/version` at `-url` (so that it sees
+rm and cp go to the server when one answers `GET /api/version` at `-host` (so that it sees
 the change, e.g. unloads a removed model), using Ollama's routes, and work on the store
 directly otherwise.
 """
@@ -9,9 +9,7 @@ directly otherwise.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import os
 import sys
 from contextlib import closing
 from datetime import UTC, datetime
@@ -22,11 +20,14 @@ import httpx
 
 from ..errors import LlamayError
 from ..store import ModelStore, PullPrinter, parse_params
-from .common import fail, flag, human_bytes
+from .common import check_response as _check
+from .common import fail, flag, host_flags, human_bytes, pull_hint, server_url
+from .show import show
 
-__all__ = ["add_parser"]
+__all__ = ["add_parser", "until"]
 
-DEFAULT_URL = "http://localhost:11435"
+# An expiry further off than this is Ollama's "never" (now + ~292 years).
+_FOREVER_AFTER_DAYS = 365 * 100
 
 
 def add_parser(sub: Any) -> None:
@@ -37,10 +38,7 @@ def add_parser(sub: Any) -> None:
             name, help=help_, description=help_, allow_abbrev=False, **kw
         )
         if server:
-            url = os.environ.get("LLAMAY_URL", DEFAULT_URL)
-            flag(v, "url", default=url, help=f"server URL (default $LLAMAY_URL or {DEFAULT_URL})")
-            key = os.environ.get("LLAMAY_API_KEY")
-            flag(v, "key", default=key, help="API key (default: $LLAMAY_API_KEY)")
+            host_flags(v)
         return v
 
     v = verb(
@@ -53,9 +51,14 @@ def add_parser(sub: Any) -> None:
     flag(v, "fresh", action="store_true", help="discard partial downloads instead of resuming them")
     v.set_defaults(func=pull)
     verb("list", "list stored models", aliases=["ls"]).set_defaults(func=list_models)
-    v = verb("show", "show a stored model: files, source, parameters, template, system prompt")
+    v = verb(
+        "show",
+        "show a stored model: architecture, parameters, context length, quantization, "
+        "capabilities, sampling defaults, system prompt, template, files",
+    )
     v.add_argument("name")
-    flag(v, "json", action="store_true", help="print JSON")
+    flag(v, "json", action="store_true", help="print the raw record as JSON")
+    flag(v, "template", action="store_true", help="print only the chat template")
     v.set_defaults(func=show)
     v = verb("cp", "store a model under another name too (no bytes copied)", server=True)
     v.add_argument("source")
@@ -91,34 +94,21 @@ def _store() -> ModelStore:
 
 
 def _server(args: argparse.Namespace) -> httpx.Client | None:
-    """A client for the server at args.url if one answers /api/version, else None."""
+    """A client for the server at -host if one answers /api/version, else None."""
+    url = server_url(args.host)
     headers = {"Authorization": f"Bearer {args.key}"} if args.key else {}
-    client = httpx.Client(
-        base_url=args.url.rstrip("/"), headers=headers, timeout=httpx.Timeout(600, connect=2)
-    )
+    client = httpx.Client(base_url=url, headers=headers, timeout=httpx.Timeout(600, connect=2))
     try:
         r = client.get("/api/version", timeout=2)
         if r.status_code in (401, 403):
             client.close()
-            raise RuntimeError(f"the server at {args.url} refused the API key (set -key or $LLAMAY_API_KEY)")
+            raise RuntimeError(f"the server at {url} refused the API key (set -key or $LLAMAY_API_KEY)")
         if r.status_code == 200 and "version" in r.json():
             return client
     except (httpx.HTTPError, ValueError):
         pass
     client.close()
     return None
-
-
-def _check(r: httpx.Response) -> httpx.Response:
-    if r.status_code >= 400:
-        r.read()
-        try:
-            error = r.json()["error"]
-            message = error["message"] if isinstance(error, dict) else str(error)
-        except (ValueError, KeyError, TypeError):
-            message = r.text
-        raise RuntimeError(f"{r.request.method} {r.request.url.path}: {r.status_code} {message}")
-    return r
 
 
 def pull(args: argparse.Namespace) -> int:
@@ -155,30 +145,6 @@ def list_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def show(args: argparse.Namespace) -> int:
-    try:
-        details = _store().show(args.name)
-    except LlamayError as exc:
-        return fail(exc)
-    if args.json:
-        print(json.dumps(dataclasses.asdict(details), indent=2, default=str))
-        return 0
-    print(
-        f"  name      {details.name}\n  id        sha256:{details.sha256}\n  size      "
-        f"{human_bytes(details.size)} in {details.parts} file(s)\n  path      {details.path}"
-    )
-    print(f"  source    {json.dumps(details.source)}")
-    if details.effective:
-        print("\n  parameters")
-        for key, value in sorted(details.effective.items()):
-            origin = "" if key in details.params else "  (GGUF default)"
-            print(f"    {key:<18} {json.dumps(value)}{origin}")
-    for title, text in (("system", details.system), ("template", details.template)):
-        if text is not None:
-            print(f"\n  {title}\n" + "\n".join(f"    {line}" for line in text.splitlines()))
-    return 0
-
-
 def cp(args: argparse.Namespace) -> int:
     server = _server(args)
     try:
@@ -190,7 +156,7 @@ def cp(args: argparse.Namespace) -> int:
                     server.post("/api/copy", json={"source": args.source, "destination": args.destination})
                 )
     except LlamayError as exc:
-        return fail(exc)
+        return fail(pull_hint(exc, args.source))
     print(f"copied '{args.source}' to '{args.destination}'")
     return 0
 
@@ -231,7 +197,7 @@ def create(args: argparse.Namespace) -> int:
 
 
 def _no_server(args: argparse.Namespace) -> None:
-    print(f"llamay: no server is running at {args.url}", file=sys.stderr)
+    print(f"llamay: no server is running at {server_url(args.host)}", file=sys.stderr)
 
 
 def ps(args: argparse.Namespace) -> int:
@@ -245,8 +211,30 @@ def ps(args: argparse.Namespace) -> int:
     for m in models:
         size = human_bytes(int(m.get("size") or 0))
         name, digest = m.get("name") or m.get("model", ""), str(m.get("digest", ""))
-        print(f"{name:<28} {digest.removeprefix('sha256:')[:12]:<12} {size:>10}  {m.get('expires_at', '-')}")
+        expires = until(m.get("expires_at"), datetime.now(UTC))
+        print(f"{name:<28} {digest.removeprefix('sha256:')[:12]:<12} {size:>10}  {expires}")
     return 0
+
+
+def until(expires_at: Any, now: datetime) -> str:
+    """/api/ps's `expires_at` as `ollama ps` shows it: "Forever" for a model kept loaded,
+    "4 minutes from now", or the raw value when it is not a time."""
+    try:
+        when = datetime.fromisoformat(str(expires_at).replace("Z", "+00:00"))
+    except ValueError:
+        return str(expires_at) if expires_at else "-"
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    seconds = int((when - now).total_seconds())
+    if seconds > _FOREVER_AFTER_DAYS * 86400:
+        return "Forever"
+    if seconds <= 0:
+        return "now"
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        if seconds >= size:
+            n = seconds // size
+            return f"{n} {unit}{'s' if n > 1 else ''} from now"
+    return "now"
 
 
 def stop(args: argparse.Namespace) -> int:

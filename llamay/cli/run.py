@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..types import FinishEvent, SamplingParams
-from .common import fail, flag, resolve_model
+from .common import fail, flag, host_flags, pull_hint, resolve_model
 
 __all__ = ["add_parser", "stats_line"]
 
@@ -28,6 +28,8 @@ def add_parser(sub: Any) -> None:
             "Chat with a model: one answer to PROMPT (or to what is piped in), or, without one, "
             "an interactive conversation (/? lists its commands). It uses the llamay server at "
             "LLAMAY_HOST (default localhost:11435) when one answers, else loads the model here. "
+            "A lone argument that names no model is a prompt for the default model: "
+            'llamay run "Say hello." '
             "-p PROMPT runs one raw generation in this process and prints its stats."
         ),
     )
@@ -39,7 +41,7 @@ def add_parser(sub: Any) -> None:
     flag(p, "system", default=None, help="a system message")
     flag(p, "verbose", action="store_true", help="print a stats line after each answer")
     flag(p, "local", action="store_true", help="load the model in this process even if a server answers")
-    flag(p, "host", default=None, help="the server to use (default: $LLAMAY_HOST or localhost:11435)")
+    host_flags(p)
     flag(p, "n", type=int, default=None, help="maximum tokens to generate (-p: default 256)")
     flag(p, "temp", type=float, default=None, help="temperature; 0 is greedy (-p: default 0.8)")
     flag(p, "top-k", dest="top_k", type=int, default=None, help="top-k (-p: default 40, 0 off)")
@@ -113,6 +115,8 @@ def run_run(args: argparse.Namespace) -> int:
         # `run -m MODEL PROMPT...`: the first word is the prompt's too.
         args.prompt_words = [args.model_arg, *args.prompt_words]
         args.model_arg = None
+    # `run TEXT`: TEXT may be a model or a prompt; the chat decides once it knows the models.
+    args.maybe_prompt = args.model is None and args.model_arg is not None and not args.prompt_words
     args.model = args.model or args.model_arg
     if args.prompt is None:
         from .interactive import run_chat
@@ -131,7 +135,7 @@ def run_run(args: argparse.Namespace) -> int:
         config = RuntimeConfig(ctx=args.ctx, threads=args.threads, concurrency=1)
         loaded = load_model(name, path, config, sha)
     except Exception as exc:
-        return fail(exc)
+        return fail(pull_hint(exc, args.model))
     try:
         runtime = Runtime(config)
         runtime.add(loaded, default=True)

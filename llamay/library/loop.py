@@ -129,13 +129,29 @@ class LoopThread:
             fut.cancel()
 
     def close(self, timeout: float = 30.0) -> None:
-        """Stop the loop and join its thread; idempotent. Call after the work on it ended."""
+        """Stop the loop and join its thread; idempotent. Call after the work on it ended.
+        Tasks still on the loop (a cancelled call winding down, a connection's reader) are
+        cancelled and awaited first, so none is destroyed pending when the process exits."""
         if self._closed:
             return
         self._closed = True
+        if self.loop.is_running() and threading.current_thread() is not self._thread:
+            drained = asyncio.run_coroutine_threadsafe(self._drain(), self.loop)
+            with contextlib.suppress(BaseException):
+                drained.result(timeout)
         if self.loop.is_running():
             self.loop.call_soon_threadsafe(self.loop.stop)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
         if not self.loop.is_running():
             self.loop.close()
+
+    async def _drain(self) -> None:
+        """Cancel every other task on the loop and wait for them to finish, then close the
+        async generators left open."""
+        me = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks(self.loop) if t is not me and not t.done()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.loop.shutdown_asyncgens()

@@ -121,11 +121,14 @@ def cli_fleet(
         fleet.wait_replicas(2)
         yield fleet
     finally:
-        down = subprocess.run([sys.executable, "-m", "llamay", "fleet", "down", "-url", fleet.base, "-key", "k-admin"],
-                              capture_output=True, env={**os.environ, **env}, timeout=60)  # fmt: skip
+        # No -host: `fleet down` finds the fleet this home's `fleet up` recorded.
+        clean = {k: v for k, v in os.environ.items() if k not in ("LLAMAY_HOST", "LLAMAY_URL")}
+        down = subprocess.run([sys.executable, "-m", "llamay", "fleet", "down", "-key", "k-admin"],
+                              capture_output=True, env={**clean, **env}, timeout=60)  # fmt: skip
         with contextlib.suppress(subprocess.TimeoutExpired):
             server.proc.wait(timeout=90)  # `fleet down` ends it
         stop_server(server, grace=60)
         assert down.returncode == 0, down.stderr
         assert server.proc.returncode == 0, fleet.log()
+        assert not (tmp / "home" / "fleet.json").exists()  # the record goes with the fleet
         assert_nothing_left(ray_tmp)

@@ -5,6 +5,7 @@ the ingress, `fleet status`, and `fleet scale 1` moving the leaving replica's co
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -76,6 +77,17 @@ def test_auth_is_the_replicas_own_and_fleet_status_is_admin_only(cli_fleet: Flee
     assert httpx.get(cli_fleet.base + "/v1/fleet", timeout=30).status_code == 401
     out = subprocess.run([sys.executable, "-m", "llamay", "fleet", "status", "-url", cli_fleet.base, "-key", "k-admin"],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines()[1:] if line.strip()]
+    assert len(rows) == 2 and all("tiny" in row for row in rows)
+
+
+def test_fleet_status_finds_the_running_fleet_without_flags(cli_fleet: Fleet) -> None:
+    """`fleet up -addr` recorded where it listens in its llamay home; no -host, no $LLAMAY_HOST."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LLAMAY_HOST", "LLAMAY_URL")}
+    env["LLAMAY_HOME"] = str(cli_fleet.state.parent / "home")
+    out = subprocess.run([sys.executable, "-m", "llamay", "fleet", "status", "-key", "k-admin"],
+                         capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
     assert out.returncode == 0, out.stderr
     rows = [line for line in out.stdout.splitlines()[1:] if line.strip()]
     assert len(rows) == 2 and all("tiny" in row for row in rows)
