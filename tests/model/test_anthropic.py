@@ -17,7 +17,6 @@ import httpx2
 import jsonschema
 import pytest
 
-from llamay.api.anthropic.partial import parse_partial
 from tests.serverproc import ServerProc, start_server
 
 KEY = "k-anthropic-test"
@@ -207,7 +206,7 @@ def test_count_tokens_matches_usage(server: ServerProc) -> None:
     c = client_for(server)
     kw: dict[str, Any] = dict(model="", messages=ASK, system="You are terse.", tools=[WEATHER])
     counted = c.messages.count_tokens(**kw).input_tokens
-    u = c.messages.create(max_tokens=3, **kw, **GREEDY).usage
+    u = c.messages.create(max_tokens=48, **kw, **GREEDY).usage
     assert counted == u.input_tokens + (u.cache_read_input_tokens or 0) + (u.cache_creation_input_tokens or 0)
     assert counted > c.messages.count_tokens(model="", messages=ASK).input_tokens
 
@@ -278,35 +277,36 @@ def test_claude_model_ids_mean_the_default_model(server: ServerProc) -> None:
     assert c.messages.count_tokens(model="claude-opus-4-1", messages=ASK).input_tokens > 0
 
 
-def holds_the_start_of(part: dict[str, Any], whole: dict[str, Any]) -> bool:
-    """Every argument of `part` is the whole call's, or (a string) its beginning."""
-    return all(
-        k in whole and (v == whole[k] or (isinstance(v, str) and whole[k].startswith(v)))
-        for k, v in part.items()
-    )
-
-
-def test_tool_input_cut_off_by_max_tokens_keeps_what_was_generated(server: ServerProc) -> None:
+def test_tool_input_short_of_max_tokens_is_closed_early_and_keeps_what_was_generated(
+    server: ServerProc,
+) -> None:
+    # A forced call that max_tokens cannot hold whole is closed early: a whole, valid call
+    # that keeps what was generated before the close (and a limit too small for any call
+    # is refused before it runs).
     c = client_for(server)
     kw: dict[str, Any] = dict(model="", messages=ASK, tools=[WEATHER], tool_choice=ONE_CALL)
     whole = c.messages.create(max_tokens=1000, **kw, **GREEDY)
     [done] = [b for b in whole.content if b.type == "tool_use"]
-    partial = 0
-    for k in range(1, 8):  # greedy: the same call, cut at several points
+    with pytest.raises(anthropic.BadRequestError):
+        c.messages.create(max_tokens=1, **kw, **GREEDY)
+    shorter = 0
+    for k in range(1, 8):  # greedy: the same call, closed at several points
         n = whole.usage.output_tokens * k // 8
-        r = c.messages.create(max_tokens=n, **kw, **GREEDY)
-        assert r.stop_reason == "max_tokens"
-        cut = [b.input for b in r.content if b.type == "tool_use"]
+        try:
+            r = c.messages.create(max_tokens=n, **kw, **GREEDY)
+        except anthropic.BadRequestError:
+            continue  # below the shortest call
+        assert r.stop_reason == "tool_use" and r.usage.output_tokens <= n
+        [cut] = [b.input for b in r.content if b.type == "tool_use"]
+        jsonschema.validate(cut, WEATHER["input_schema"])
         fragments = "".join(
             ev.delta.partial_json
             for ev in c.messages.create(max_tokens=n, stream=True, **kw, **GREEDY)
             if ev.type == "content_block_delta" and ev.delta.type == "input_json_delta"
         )
-        if cut:
-            assert holds_the_start_of(cut[0], done.input)
-            assert cut[0] == (parse_partial(fragments) or {})  # the stream and the whole agree
-            partial += bool(cut[0]) and cut[0] != done.input
-    assert partial, "some cut should fall inside the arguments and keep what they held"
+        assert cut == json.loads(fragments)  # the stream and the whole agree
+        shorter += cut != done.input
+    assert shorter, "some limit should close the call before its own end"
 
 
 def test_models_in_anthropics_shape(server: ServerProc) -> None:

@@ -73,15 +73,26 @@ def test_chat_message_and_logprobs_have_refusal(server: ServerProc) -> None:
     assert len(lps) == 5 and all(lp["refusal"] is None and len(lp["content"]) == 1 for lp in lps)
 
 
-def test_streamed_length_finish_says_what_the_whole_response_says(server: ServerProc) -> None:
-    body = {"messages": ASK, "response_format": FORMAT, "max_tokens": 4, "temperature": 0}
+def _least(server: ServerProc, path: str, body: dict[str, Any]) -> int:
+    """The fewest tokens the server says any valid answer to `body` takes (its 400)."""
+    r = httpx.post(server.url + path, json={**body, "max_tokens": 1}, timeout=120)
+    assert r.status_code == 400, r.text
+    return int(r.json()["error"]["message"].split("at least ")[1].rstrip(")"))
+
+
+def test_streamed_early_finish_says_what_the_whole_response_says(server: ServerProc) -> None:
+    # A schema answer short of room is closed early: the stream's finish says the same.
+    body: dict[str, Any] = {"messages": ASK, "response_format": FORMAT, "temperature": 0}
+    body["max_tokens"] = _least(server, "/chat/completions", body) + 2
     whole = httpx.post(server.url + "/chat/completions", json=body, timeout=120).json()["choices"][0]
-    assert whole["finish_reason"] == "length" and whole["finish_message"]
+    assert whole["finish_reason"] == "stop" and whole["finish_message"] and whole["closed_early"]
     last = finish_chunks(sse(server, "/chat/completions", body))[0]
-    assert last["finish_reason"] == "length" and last["finish_message"] == whole["finish_message"]
-    text = {"prompt": "A city in JSON:", "response_format": FORMAT, "max_tokens": 4, "temperature": 0}
+    assert last["finish_reason"] == "stop" and last["finish_message"] == whole["finish_message"]
+    assert last["closed_early"]
+    text: dict[str, Any] = {"prompt": "A city in JSON:", "response_format": FORMAT, "temperature": 0}
+    text["max_tokens"] = _least(server, "/completions", text) + 2
     whole = httpx.post(server.url + "/completions", json=text, timeout=120).json()["choices"][0]
-    assert whole["finish_reason"] == "length" and whole["finish_message"]
+    assert whole["finish_reason"] == "stop" and whole["finish_message"]
     last = finish_chunks(sse(server, "/completions", text))[0]
     assert last["finish_message"] == whole["finish_message"]
 
