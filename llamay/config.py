@@ -96,11 +96,14 @@ class RuntimeConfig:
 @dataclass(frozen=True)
 class ServerLimits:
     """`max_connections`: open connections (and running requests) before uvicorn answers
-    503. `header_timeout`: seconds to receive a request's headers. `body_timeout`: seconds
-    to receive a whole request body. `keep_alive_timeout`: seconds an idle connection stays
-    open between requests."""
+    503. `max_connections_per_address`: open connections from one client address (an IPv6
+    client's /64) before its next one is answered 503 and closed, so one address cannot hold
+    them all. `header_timeout`: seconds to receive a request's headers. `body_timeout`:
+    seconds to receive a whole request body. `keep_alive_timeout`: seconds an idle connection
+    stays open between requests."""
 
     max_connections: int = 256
+    max_connections_per_address: int = 32
     header_timeout: float = 10.0
     body_timeout: float = 120.0
     keep_alive_timeout: float = 5.0
@@ -198,7 +201,7 @@ def _check_runtime(rc: RuntimeConfig) -> None:
 
 
 def _check_limits(limits: ServerLimits) -> None:
-    for name in ("max_connections", "header_timeout", "body_timeout"):
+    for name in ("max_connections", "max_connections_per_address", "header_timeout", "body_timeout"):
         value = getattr(limits, name)
         if not value > 0:  # NaN too
             raise ConfigError(f"-{name.replace('_', '-')} must be positive, not {value}")
