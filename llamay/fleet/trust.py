@@ -7,7 +7,8 @@ header says (owner, prefix-cache namespace) and anything else as no tenant's: ow
 (admins only, with keys on) in a namespace no request attaches to, so a file dropped into the
 checkpoint folder can neither reach another tenant's cache nor claim a principal's context.
 
-A fleet that starts its own Ray cluster binds it to this machine only (`LOCAL_HOST`) and keeps
+A fleet that starts its own Ray cluster binds it to this machine only (`LOCAL_HOST`, through
+Ray's single-machine mode: `local_ray_options`) and keeps
 Ray's cluster token (`~/.ray/auth_token`, or `$RAY_AUTH_TOKEN_PATH`) readable by its owner only:
 whoever can reach Ray's ports with the token can run code in the cluster."""
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ __all__ = [
 ]
 
 LOCAL_HOST = "127.0.0.1"
+RAY_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine mode
 # The namespace of a restored snapshot that no key of this fleet signed: no principal's.
 UNSIGNED_NAMESPACE = "fleet:unsigned"
 
@@ -92,5 +95,13 @@ def _new_token() -> str:
 
 def local_ray_options() -> dict[str, Any]:
     """`ray.init` options for a cluster started here: no dashboard, every Ray process on
-    the loopback address."""
+    the loopback address. Ray takes a node's address as the one other machines reach it by
+    (127.0.0.1 passed to `ray.init` is replaced by it) and its GCS and raylet listen on every
+    interface, except in its single-machine mode (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, the
+    default on macOS and Windows), where the node is 127.0.0.1 and every server binds there:
+    set here for this process and the Ray processes it starts."""
+    os.environ[RAY_CLUSTER_ENV] = "0"
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None:  # read at Ray's import; later lookups read the attribute
+        setattr(constants, "ENABLE_RAY_CLUSTER", False)  # noqa: B010
     return {"include_dashboard": False, "_node_ip_address": LOCAL_HOST, "dashboard_host": LOCAL_HOST}

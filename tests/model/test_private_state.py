@@ -57,7 +57,9 @@ def test_a_replica_signs_its_checkpoints_and_trusts_no_unsigned_header(
     one's in a namespace no request attaches to."""
     monkeypatch.setattr(replica_module, "_replica_id", lambda: ("r1", "node"))
     server = ServerConfig(runtime=RuntimeConfig(ctx=2048, threads=1))
-    spec = FleetSpec(model=("tiny-llama", str(tiny_model_path), None), server=server, state_dir=str(tmp_path / "st"))
+    spec = FleetSpec(
+        model=("tiny-llama", str(tiny_model_path), None), server=server, state_dir=str(tmp_path / "st")
+    )
 
     async def run() -> None:
         rep = Replica(spec)
@@ -72,8 +74,12 @@ def test_a_replica_signs_its_checkpoints_and_trusts_no_unsigned_header(
                 CURRENT_NAMESPACE.reset(token)
             await rep._checkpoint_pass()
             assert rep.ckpt is not None
-            (_, path), = saved(rep.ckpt.folder)
-            assert mode(path) == 0o600 and mode(rep.ckpt.folder) == 0o700 and mode(rep.ckpt.folder.parent) == 0o700
+            ((_, path),) = saved(rep.ckpt.folder)
+            assert (
+                mode(path) == 0o600
+                and mode(rep.ckpt.folder) == 0o700
+                and mode(rep.ckpt.folder.parent) == 0o700
+            )
             assert mode(rep.home) == 0o700
             data = path.read_bytes()
             header, state, signed = read_signed(data, spec.signing_key())
@@ -140,7 +146,9 @@ def rag_server(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) 
     (docs / "public").mkdir(parents=True)
     (docs / "finance/public").mkdir(parents=True)
     (docs / "finance/.llamay-access").write_text("finance\n")
-    (docs / "finance/public/q3.txt").write_text("The merger with Globex closes in March; the terms stay confidential.\n")
+    (docs / "finance/public/q3.txt").write_text(
+        "The merger with Globex closes in March; the terms stay confidential.\n"
+    )
     (docs / "public/guide.md").write_text("# Guide\n\nForking a context copies no pages.\n")
     index = root / "index.sqlite"
     assert main(["index", "build", str(docs), "-o", str(index), "-embed", str(embed), "-threads", "1"]) == 0

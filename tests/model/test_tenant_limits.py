@@ -133,7 +133,9 @@ def test_show_names_the_model_file_only_to_an_admin(server: ServerProc, tiny_mod
     def modelfile(headers: dict[str, str]) -> str:
         r = httpx.post(server.base + "/api/show", headers=headers, json={"model": "tiny-llama"})
         assert r.status_code == 200, r.text
-        assert str(tiny_model_path.parent) not in json.dumps({k: v for k, v in r.json().items() if k != "modelfile"})
+        assert str(tiny_model_path.parent) not in json.dumps(
+            {k: v for k, v in r.json().items() if k != "modelfile"}
+        )
         return str(r.json()["modelfile"])
 
     assert f"FROM {tiny_model_path}\n" in modelfile(ADMIN)

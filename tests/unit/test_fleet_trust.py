@@ -4,6 +4,7 @@ headers trusted for nothing; and `llamay ctx move` keeping the source's key to i
 
 from __future__ import annotations
 
+import os
 import stat
 import sys
 import types
@@ -62,10 +63,17 @@ def token_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_local_cluster_listens_on_loopback_and_keeps_its_token_private(
     token_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Ray's node address decides where its GCS and raylet listen; it is 127.0.0.1 only in
+    Ray's single-machine mode (checked by hand with `ss -ltnp`: every Ray port on 127.0.0.1
+    with it, on all interfaces without it)."""
     fake = FakeRay(token_path)
+    constants = types.SimpleNamespace(ENABLE_RAY_CLUSTER=True)  # Ray imported already
     monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setitem(sys.modules, "ray._private.ray_constants", constants)
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "1")
     fleet_app.start_ray(num_cpus=2)
     (kw,) = fake.calls
+    assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0" and constants.ENABLE_RAY_CLUSTER is False
     assert kw["_node_ip_address"] == "127.0.0.1" and kw["dashboard_host"] == "127.0.0.1"
     assert kw["include_dashboard"] is False and kw["num_cpus"] == 2
     assert mode(token_path) == 0o600 and mode(token_path.parent) == 0o700
@@ -75,9 +83,11 @@ def test_joining_a_cluster_sets_no_local_options(token_path: Path, monkeypatch: 
     fake = FakeRay(token_path)
     monkeypatch.setitem(sys.modules, "ray", fake)
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "1")
     fleet_app.start_ray()
     (kw,) = fake.calls
     assert kw["address"] == "10.0.0.5:6379" and "_node_ip_address" not in kw
+    assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "1"
 
 
 def test_the_token_file_is_made_private_before_ray_starts(token_path: Path) -> None:
