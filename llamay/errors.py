@@ -23,6 +23,7 @@ __all__ = [
     "GrammarError",
     "EngineError",
     "StoreError",
+    "InternalError",
 ]
 
 
@@ -139,3 +140,12 @@ class StoreError(LlamayError):
 
     status = 502
     code = "store_error"
+
+
+class InternalError(LlamayError):
+    """An unexpected failure (a bug, not the caller's doing), reported as a 500 that names
+    only the exception's type: its text may hold anything."""
+
+    @classmethod
+    def of(cls, exc: BaseException) -> InternalError:
+        return cls(f"internal error: {type(exc).__name__}")

@@ -16,6 +16,10 @@ family's name; every polyfill is decided by what the template does with a probe:
 - `null_content`: an assistant turn's `content: null` (tool calls only) is kept ("keep"),
   given as "" ("empty") or left out ("omit"), the first of these the template renders without
   failing or printing "None";
+- `null_calls`: a template that writes a turn's calls only when its content is null (DeepSeek
+  R1 Distill Llama's `content is none` branch; it drops them for "", which Ollama's clients
+  always send) gets such a turn with content null, its text (if any) in an assistant turn of
+  its own just before;
 - `tools_absent`: with no tools the template gets None, or [] when it fails on None;
 - `describe_tools`: a template that writes every tool's and parameter's `description` (Command
   R+ concatenates them) gets "" where the request gives none (OpenAI makes both optional);
@@ -85,12 +89,15 @@ class TemplateNeeds:
     variables: frozenset[str] = field(default_factory=frozenset)
     describe_tools: bool = False
     call_ids: bool = False
+    null_calls: bool = False
 
     def describe(self) -> list[str]:
         """The polyfills in force, as short phrases (for docs and `llamay show`)."""
         out = []
         if self.null_content != "keep":
             out.append(f"content null -> {'empty string' if self.null_content == 'empty' else 'omitted'}")
+        if self.null_calls:
+            out.append("calls given with content null (any text in a turn before)")
         if self.tools_absent == "empty":
             out.append("no tools -> []")
         if not self.object_arguments:
@@ -131,6 +138,8 @@ class TemplateNeeds:
         """`messages` (normalized: string content, object arguments) rewritten for the
         template; new dicts where anything changes, the input untouched."""
         out = [self._message(m) for m in messages]
+        if self.null_calls:
+            out = _null_calls(out)
         if self.call_ids:
             out = _nine_ids(out)
         if not self.system_role:
@@ -154,6 +163,18 @@ class TemplateNeeds:
         if not self.object_arguments:
             out["tool_calls"] = [_string_arguments(c) for c in calls]
         return out
+
+
+def _null_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.get("role") == "assistant" and m.get("tool_calls") and m.get("content") is not None:
+            text = _text(m).strip()
+            if text:
+                out.append({k: v for k, v in m.items() if k != "tool_calls"})
+            m = {**m, "content": None}
+        out.append(m)
+    return out
 
 
 def _string_arguments(call: Any) -> Any:
@@ -373,6 +394,14 @@ def detect_needs(render: Render, variables: frozenset[str] = frozenset()) -> Tem
     if null_content is None:  # no way shows the call: null if it renders cleanly, else llama.cpp's ""
         null_content = "keep" if clean(object_arguments, "keep") else "empty"
 
+    # A call shown with content null but not with "" (nor without content).
+    null_calls = (
+        null_content == "keep"
+        and shows(object_arguments, "keep")
+        and forms[object_arguments, "empty"] is not None
+        and not shows(object_arguments, "empty")
+    )
+
     system = p.attempt([{"role": "system", "content": _SYSTEM}, *user], None)
     system_role = system is not None and _SYSTEM in system
 
@@ -394,4 +423,4 @@ def detect_needs(render: Render, variables: frozenset[str] = frozenset()) -> Tem
             if p.attempt(replace(base, bridge_tool_user=text).apply(after_tool), tools) is not None:
                 bridge = text
                 break
-    return replace(base, bridge_tool_user=bridge)
+    return replace(base, bridge_tool_user=bridge, null_calls=null_calls)

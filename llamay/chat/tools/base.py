@@ -248,7 +248,14 @@ def marked_plan(rules: LarkRules, body: str, opener: str, special: Special, forc
     return ToolPlan(rules.grammar(body), trigger_text=opener)
 
 
-def think_first(plan: ToolPlan, markers: ReasoningMarkers, *, started: bool, special: Special) -> ToolPlan:
+def think_first(
+    plan: ToolPlan,
+    markers: ReasoningMarkers,
+    *,
+    started: bool,
+    special: Special,
+    open_tokens: Sequence[int] = (),
+) -> ToolPlan:
     """An immediate `plan` that lets a reasoning model think before its calls.
 
     Without this a forced tool choice would stop a reasoning model from thinking, and
@@ -257,6 +264,10 @@ def think_first(plan: ToolPlan, markers: ReasoningMarkers, *, started: bool, spe
     `started` -> free reasoning, the close marker, then the calls; otherwise an optional
     whole think block first (for harmony, the analysis message and the start of the
     next one). Lazy plans are returned unchanged: their trigger comes after any thinking.
+    `open_tokens`: the open marker as the model's own tokens; when given, the block opens
+    with exactly those, so the engine, which follows a block by its tokens, sees it open
+    and its thinking budget applies (Gemma 4's `<|channel>thought` is a special token and
+    a word the grammar could otherwise spell in any of several tokenizations).
     """
     if not plan.immediate:
         return plan
@@ -265,7 +276,8 @@ def think_first(plan: ToolPlan, markers: ReasoningMarkers, *, started: bool, spe
     think = f"/(?s:.*)/ <[{close}]>" if close is not None else "think_text"
     if markers.resume:
         think += " " + seq(markers.resume, special)
-    block = think if started else f"{seq(markers.open_tag, special)} {think}"
+    opener = " ".join(f"<[{t}]>" for t in open_tokens) if open_tokens else seq(markers.open_tag, special)
+    block = think if started else f"{opener} {think}"
     lark = plan.grammar.lark.replace("start:", "tool_calls:", 1)
     rules = [f"start: {block} ws? tool_calls" if started else f"start: ({block} ws?)? tool_calls", lark]
     if close is None:
