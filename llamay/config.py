@@ -96,10 +96,12 @@ class RuntimeConfig:
 @dataclass(frozen=True)
 class ServerLimits:
     """`max_connections`: open connections (and running requests) before uvicorn answers
-    503. `header_timeout`: seconds to receive a request's headers. `body_timeout`: seconds
-    to receive a whole request body. `keep_alive_timeout`: seconds an idle connection stays
-    open between requests. `max_body`: bytes of a request body (a snapshot restore's limit
-    follows from its model instead), else 413. `max_field`: UTF-8 bytes of a free-text
+    503. `max_connections_per_address`: open connections from one client address (an IPv6
+    client's /64) before its next one is answered 503 and closed, so one address cannot hold
+    them all. `header_timeout`: seconds to receive a request's headers. `body_timeout`:
+    seconds to receive a whole request body. `keep_alive_timeout`: seconds an idle connection
+    stays open between requests. `max_body`: bytes of a request body (a snapshot restore's
+    limit follows from its model instead), else 413. `max_field`: UTF-8 bytes of a free-text
     field the server keeps beyond the request (a context's marking, an item id stored with
     a response), else 400 naming the field. `responses_per_key` / `responses_total`: bytes
     of stored Responses (their conversation and output, as JSON) kept for one principal /
@@ -107,6 +109,7 @@ class ServerLimits:
     response is kept."""
 
     max_connections: int = 256
+    max_connections_per_address: int = 32
     header_timeout: float = 10.0
     body_timeout: float = 120.0
     keep_alive_timeout: float = 5.0
@@ -209,7 +212,7 @@ def _check_runtime(rc: RuntimeConfig) -> None:
 
 
 def _check_limits(limits: ServerLimits) -> None:
-    names = ("max_connections", "header_timeout", "body_timeout", "max_body", "max_field",
+    names = ("max_connections", "max_connections_per_address", "header_timeout", "body_timeout", "max_body", "max_field",
              "responses_per_key", "responses_total", "response_ttl")  # fmt: skip
     for name in names:
         value = getattr(limits, name)

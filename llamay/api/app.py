@@ -14,12 +14,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import __version__
-from ..auth import KeyRing
+from ..auth import ANONYMOUS, KeyRing
 from ..config import ServerLimits
 from ..runtime import Runtime
 from .admin import admin_routes
 from .anthropic.routes import anthropic_routes
-from .authn import AuthMiddleware
+from .authn import AuthMiddleware, principal_of
 from .contexts import context_routes
 from .embeddings import embeddings_routes
 from .errors import exception_handlers
@@ -68,21 +68,30 @@ ENDPOINTS: list[tuple[str, str, str]] = [
 
 
 async def health(request: Request) -> Response:
-    runtime = state_of(request).runtime
-    models: list[dict[str, Any]] = [
-        {
+    """Liveness for anyone; engine figures by role. Without a valid key (keys on): only that
+    the server is up. A user key: each model's name, context size and load (running and
+    waiting sequences). An admin (or the single user): also the KV and cache figures and
+    request counts, which move with other tenants' prompts."""
+    principal = principal_of(request)
+    if principal is ANONYMOUS:
+        return json_response({"status": "ok"})
+    models: list[dict[str, Any]] = []
+    for m in state_of(request).runtime.models():
+        row: dict[str, Any] = {
             "name": m.name,
             "running": m.engine.running,
             "waiting": m.engine.queue_depth,
             "context": m.engine.n_ctx,
-            "kv_cells": m.engine.kv_used(),
-            "cache_cells": m.engine.cache_used(),
-            "ram_cache": m.engine.ram_cache(),
-            "requests": m.engine.stats.requests,
-            "aborted": m.engine.stats.aborted,
         }
-        for m in runtime.models()
-    ]
+        if principal.admin:
+            row |= {
+                "kv_cells": m.engine.kv_used(),
+                "cache_cells": m.engine.cache_used(),
+                "ram_cache": m.engine.ram_cache(),
+                "requests": m.engine.stats.requests,
+                "aborted": m.engine.stats.aborted,
+            }
+        models.append(row)
     return json_response({"status": "ok", "version": __version__, "models": models})
 
 

@@ -19,6 +19,8 @@ from .state import state_of
 __all__ = ["AuthMiddleware", "principal_of"]
 
 OPEN_PATHS = frozenset({"/health", "/openapi.json", "/", "/docs", "/api/docs"})
+# Open paths that say more to a valid key than to anyone (/health: engine figures).
+KEYED_DETAIL = frozenset({"/health"})
 # The web console's own files: static package files with no data (the page asks for a key).
 OPEN_PREFIXES = ("/web/",)
 # Routes that change what the server holds, or show everyone's traffic: admin keys only.
@@ -48,11 +50,13 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         state = scope.setdefault("state", {})
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         if scope["path"] in OPEN_PATHS or scope["path"].startswith(OPEN_PREFIXES) or not self.keys.enabled:
             state["principal"] = ANONYMOUS if self.keys.enabled else LOCAL
+            if scope["path"] in KEYED_DETAIL and self.keys.enabled:
+                state["principal"] = self._optional(headers)
             await self._serve(state["principal"], scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
             token = bearer_token(headers.get("authorization"), headers.get("x-api-key"))
             principal = self.keys.authenticate(token)
@@ -74,6 +78,16 @@ class AuthMiddleware:
             left = self.in_flight.pop(principal.name) - 1
             if left:
                 self.in_flight[principal.name] = left
+
+    def _optional(self, headers: dict[str, str]) -> Principal:
+        """The key's principal when a valid one is sent, else the anonymous caller (an open
+        path never refuses a bad key; it just says less)."""
+        try:
+            return self.keys.authenticate(
+                bearer_token(headers.get("authorization"), headers.get("x-api-key"))
+            )
+        except Unauthorized:
+            return ANONYMOUS
 
     async def _serve(self, principal: Principal, scope: Scope, receive: Receive, send: Send) -> None:
         # The prefix-cache namespace and the principal (whom the engine's fair share

@@ -14,7 +14,7 @@ from .fields import Fields
 from .http import json_response, read_json
 from .restore import restore_context, snapshot_key
 from .state import state_of
-from .tenancy import contexts_of, enforce_quota, owner_check, single_user
+from .tenancy import contexts_of, owner_check, quota_held, single_user
 
 __all__ = ["context_routes"]
 
@@ -33,9 +33,9 @@ async def create_context(request: Request) -> Response:
     if shared and not principal.admin:
         raise Forbidden("only an admin may share a context's prefix with every tenant")
     tokens = _prefix_tokens(lm, f)
-    await enforce_quota(request, contexts=1, tokens=len(tokens))
     owner = principal.owner_tag(single_user(request))
-    cid = await contexts_of(request).create(lm, tokens, owner=owner, marking=marking, shared=shared)
+    async with quota_held(request, contexts=1, tokens=len(tokens)):
+        cid = await contexts_of(request).create(lm, tokens, owner=owner, marking=marking, shared=shared)
     body = {"id": cid, "object": "context", "model": lm.name, "tokens": len(tokens), "shared": shared}
     return json_response(body)
 
@@ -65,8 +65,8 @@ async def fork_context(request: Request) -> Response:
     most = min(MAX_FORKS, limits.forks_per_call) if limits is not None else MAX_FORKS
     if not raw.isdigit() or not 1 <= int(raw) <= most:
         raise InvalidRequest(f"'n' must be an integer from 1 to {most}", param="n")
-    await enforce_quota(request, contexts=int(raw))
-    _, forks = await service.fork(cid, int(raw), owner_check(request))
+    async with quota_held(request, contexts=int(raw)):
+        _, forks = await service.fork(cid, int(raw), owner_check(request))
     return json_response({"object": "list", "data": [{"id": r.id, "object": "context"} for r in forks]})
 
 

@@ -225,7 +225,7 @@ ERROR_OPENAI = exact("", {"error!": OPENAI_ERROR})
 ERROR_ANTHROPIC = exact("request_id:str", {"type!": {"const": "error"}, "error!": exact("type!:str message!:str")})
 ERROR_OLLAMA = exact("error!:str")
 LIST = exact("", {"object!": {"const": "list"}, "data!": arr(OBJ)})
-HEALTH = exact("version:str", {"status!": {"const": "ok"}, "models!": arr(OBJ)})
+HEALTH = exact("version:str", {"status!": {"const": "ok"}, "models": arr(OBJ)})  # anonymous: status alone
 
 
 def op(summary: str, body: J | None = None, *, ok: J | None = None, stream: str | None = None, binary: bool = False,

@@ -7,12 +7,18 @@ and headers a byte at a time has no deadline there, and neither does a body sent
 must finish its headers within `header_timeout` of opening (or of its previous response),
 and `http.read_body` must have the whole body within `body_timeout` of the first byte
 asked for (a 408 otherwise). Past `max_connections` open connections, uvicorn answers 503.
+Past `max_connections_per_address` open connections from one client address, that address's
+next connection is answered 503 at once and closed, without counting against the total: so
+sockets from one address, held open with a byte each, cannot take every connection from
+other clients (keyed users among them) before any key is seen.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
+import json
 import socket
 from typing import Any
 
@@ -21,7 +27,7 @@ from starlette.applications import Starlette
 from ..config import ServerLimits
 from .state import ServerState
 
-__all__ = ["ServerLimits", "limits_of", "guarded_protocol", "serve"]
+__all__ = ["ServerLimits", "limits_of", "guarded_protocol", "client_address", "serve"]
 
 
 DEFAULT_LIMITS = ServerLimits()
@@ -34,14 +40,52 @@ def limits_of(app: Any) -> ServerLimits:
     return state.limits if isinstance(state, ServerState) else DEFAULT_LIMITS
 
 
-def guarded_protocol(base: type[asyncio.Protocol], header_timeout: float) -> type[asyncio.Protocol]:
+def client_address(transport: Any) -> str:
+    """The address a connection counts against: the peer's IP, an IPv6 peer's /64 (one
+    host is usually given a whole /64), "" when unknown (a Unix socket)."""
+    peer = transport.get_extra_info("peername")
+    host = peer[0] if isinstance(peer, tuple) and peer else ""
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return ""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
+def _refusal(limit: int) -> bytes:
+    body = json.dumps({"error": {
+        "message": f"this address has {limit} connections open, its limit; close some and retry",
+        "type": "overloaded_error", "code": "too_many_connections",
+    }}).encode()  # fmt: skip
+    return (
+        b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+        b"retry-after: 1\r\nconnection: close\r\ncontent-length: %d\r\n\r\n" % len(body)
+    ) + body
+
+
+def guarded_protocol(
+    base: type[asyncio.Protocol], header_timeout: float, per_address: int | None = None
+) -> type[asyncio.Protocol]:
     """`base` (uvicorn's h11 or httptools protocol) with a header deadline: the connection
     is closed if no request is in progress `header_timeout` seconds after it opened or
     after its last response. A request is in progress once its headers are parsed (the
-    protocol then holds a cycle whose response is not complete)."""
+    protocol then holds a cycle whose response is not complete).
+
+    With `per_address`, a connection from an address (`client_address`) that already has
+    that many open is refused: answered 503 once its first bytes arrive (or at the header
+    deadline), then closed; it never reaches uvicorn, so it counts against no limit. The
+    count is per returned class (one server)."""
+    open_by_address: dict[str, int] = {}
 
     class HeaderDeadline(base):  # type: ignore[valid-type,misc]
         _header_timer: asyncio.TimerHandle | None = None
+        _address: str | None = None  # counted in open_by_address
+        _refused: asyncio.Transport | None = None  # over its address's limit
+        _served = False  # handed to uvicorn (its connection_made ran)
 
         def _arm(self) -> None:
             if self._header_timer is not None:
@@ -56,8 +100,37 @@ def guarded_protocol(base: type[asyncio.Protocol], header_timeout: float) -> typ
                 self.transport.close()
 
         def connection_made(self, transport: Any) -> None:
+            if per_address is not None:
+                address = client_address(transport)
+                if open_by_address.get(address, 0) >= per_address:
+                    self._refused = transport
+                    self._header_timer = self.loop.call_later(header_timeout, self._refuse)
+                    return
+                open_by_address[address] = open_by_address.get(address, 0) + 1
+                self._address = address
             super().connection_made(transport)
+            self._served = True
             self._arm()
+
+        def _refuse(self) -> None:
+            transport, self._refused = self._refused, None
+            if transport is not None and not transport.is_closing():
+                transport.write(_refusal(per_address or 0))
+                transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            if not self._served:
+                # Answer once the request has started to arrive: a 503 sent before the
+                # client wrote anything could be lost to the reset its write then causes.
+                self._refuse()
+                return
+            super().data_received(data)
+
+        def eof_received(self) -> Any:
+            if not self._served:
+                self._refuse()
+                return None
+            return super().eof_received()
 
         def on_response_complete(self) -> None:
             self._arm()  # before the base class, which may start a pipelined request
@@ -66,6 +139,14 @@ def guarded_protocol(base: type[asyncio.Protocol], header_timeout: float) -> typ
         def connection_lost(self, exc: Exception | None) -> None:
             if self._header_timer is not None:
                 self._header_timer.cancel()
+            if self._address is not None:
+                left = open_by_address.pop(self._address) - 1
+                if left:
+                    open_by_address[self._address] = left
+                self._address = None
+            if not self._served:  # refused: uvicorn never saw it
+                self._refused = None
+                return
             super().connection_lost(exc)
 
     HeaderDeadline.__name__ = f"HeaderDeadline{base.__name__}"
@@ -105,7 +186,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 def serve(app: Starlette, host: str, port: int, sock: socket.socket | None = None) -> None:
     """Run `app` on host:port (or on `sock`, from `bind`) until interrupted, with its
-    limits (`limits_of`: connections and the header deadline here, the body deadline in
+    limits (`limits_of`: connections, per address and in all, and the header deadline here, the body deadline in
     `http.read_body`)."""
     import uvicorn
 
@@ -114,7 +195,7 @@ def serve(app: Starlette, host: str, port: int, sock: socket.socket | None = Non
         app,
         host=host,
         port=port,
-        http=guarded_protocol(_base_protocol(), limits.header_timeout),
+        http=guarded_protocol(_base_protocol(), limits.header_timeout, limits.max_connections_per_address),
         limit_concurrency=limits.max_connections,
         timeout_keep_alive=max(1, round(limits.keep_alive_timeout)),
         log_config=None,

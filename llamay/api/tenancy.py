@@ -3,6 +3,11 @@ context routes, snapshot restore, the Responses API and session requests share."
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from weakref import WeakKeyDictionary
+
 from starlette.requests import Request
 
 from ..chat.contexts import Check, ContextService
@@ -10,7 +15,12 @@ from ..errors import TooManyRequests
 from .authn import principal_of
 from .state import state_of
 
-__all__ = ["contexts_of", "owner_check", "single_user", "enforce_quota"]
+__all__ = ["contexts_of", "owner_check", "single_user", "enforce_quota", "quota_held"]
+
+# One lock per (runtime, principal): a quota check and the creation it allows run as one
+# step, so concurrent requests of one principal cannot all pass the check before any of
+# them has created its context.
+_QUOTA_LOCKS: WeakKeyDictionary[object, dict[str, asyncio.Lock]] = WeakKeyDictionary()
 
 
 def contexts_of(request: Request) -> ContextService:
@@ -46,3 +56,21 @@ async def enforce_quota(request: Request, *, contexts: int, tokens: int = 0, kv_
             "delete some contexts first",
             retry_after=30,
         )
+
+
+@asynccontextmanager
+async def quota_held(
+    request: Request, *, contexts: int, tokens: int = 0, kv_bytes: int = 0
+) -> AsyncIterator[None]:
+    """`enforce_quota`, then the body (which creates what was checked) before any other
+    request of the same principal is checked: the check and the creation are one step. A
+    principal without limits is neither checked nor serialized."""
+    principal = principal_of(request)
+    if principal.limits is None:
+        yield
+        return
+    locks = _QUOTA_LOCKS.setdefault(state_of(request).runtime, {})
+    lock = locks.setdefault(principal.name, asyncio.Lock())
+    async with lock:
+        await enforce_quota(request, contexts=contexts, tokens=tokens, kv_bytes=kv_bytes)
+        yield

@@ -43,7 +43,8 @@ def add_parser(sub: Any) -> None:
     v.add_argument("id")
     flag(v, "from", dest="src", default=None, help="source server (default: -host)")
     flag(v, "to", dest="dst", required=True, help="target server: HOST:PORT or a URL")
-    flag(v, "to-key", dest="to_key", default=None, help="API key for the target (default: -key)")
+    flag(v, "to-key", dest="to_key", default=None,
+         help="API key for the target (default: none; -key is sent only to the server it came for)")  # fmt: skip
     v.set_defaults(func=move)
 
 
@@ -100,9 +101,24 @@ def rm(args: argparse.Namespace) -> int:
     return 0
 
 
+def target_key(src_url: str, dst_url: str, key: str | None, to_key: str | None) -> str | None:
+    """The key `move` sends to the target: -to-key when given; else -key only when the
+    target is the source server itself (same scheme, host and port). A key is a credential
+    for one server: sending it to another would hand it to whoever runs that one."""
+    if to_key is not None:
+        return to_key
+    return key if _origin(src_url) == _origin(dst_url) else None
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    u = httpx.URL(url)
+    return u.scheme, u.host, u.port
+
+
 def move(args: argparse.Namespace) -> int:
     src_url = args.src or args.host
-    with _client(src_url, args.key) as src, _client(args.dst, args.to_key or args.key) as dst:
+    dst_key = target_key(src_url, args.dst, args.key, args.to_key)
+    with _client(src_url, args.key) as src, _client(args.dst, dst_key) as dst:
         data = _check(src.get(f"/v1/contexts/{args.id}/snapshot")).content
         new_id = _check(dst.post("/v1/contexts/restore", content=data)).json()["id"]
         # Only now, with the target holding it, does the source let go.

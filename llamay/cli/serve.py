@@ -116,6 +116,10 @@ def add_server_flags(p: argparse.ArgumentParser, help_for: Mapping[str, str] | N
         f"({ENV_API_KEY} adds one admin key)")  # fmt: skip
     add("max-connections", dest="max_connections", type=int, default=limits.max_connections,
         help=f"open connections before new requests get 503 (default {limits.max_connections})")  # fmt: skip
+    add("max-connections-per-address", dest="max_connections_per_address", type=int,
+        default=limits.max_connections_per_address,
+        help="open connections from one client address before its next gets 503; behind a proxy, "
+        f"give -max-connections (default {limits.max_connections_per_address})")  # fmt: skip
     add("header-timeout", dest="header_timeout", type=parse_duration, default=limits.header_timeout,
         help=f"time a connection has to send a request's headers (default {_span(limits.header_timeout)})")  # fmt: skip
     add("body-timeout", dest="body_timeout", type=parse_duration, default=limits.body_timeout,
@@ -216,6 +220,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     )
     limits = ServerLimits(
         max_connections=args.max_connections,
+        max_connections_per_address=args.max_connections_per_address,
         header_timeout=args.header_timeout,
         body_timeout=args.body_timeout,
         max_body=args.max_body,

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from .spec import INGRESS_NAME, REPLICA_NAME, FleetSpec
+from .trust import local_ray_options, private_ray_token
 
 __all__ = ["build_app", "deploy", "run_fleet", "start_ray", "wait_replicas"]
 
@@ -103,8 +104,9 @@ def _here() -> dict[str, Any]:
 def start_ray(
     num_cpus: int | None = None, temp_dir: str | None = None, env: dict[str, str] | None = None
 ) -> None:
-    """Join the cluster in RAY_ADDRESS, or start a local one (no dashboard). `env` reaches
-    every worker (the model store's home, thread settings; keys travel in the spec)."""
+    """Join the cluster in RAY_ADDRESS, or start a local one (no dashboard, bound to
+    127.0.0.1, its token file 0600: `trust`). `env` reaches every worker (the model store's
+    home, thread settings; keys travel in the spec)."""
     import os
 
     import ray
@@ -113,12 +115,17 @@ def start_ray(
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env, log_to_driver=False)
     else:
-        kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+        # A cluster of our own serves this machine only: Ray's ports on the loopback address,
+        # its token file private (before Ray would write it with the default mode).
+        kw: dict[str, Any] = {**local_ray_options(), "log_to_driver": False}
         if num_cpus is not None:
             kw["num_cpus"] = num_cpus
         if temp_dir:
             kw["_temp_dir"] = temp_dir
+        token = private_ray_token()
         ray.init(runtime_env=runtime_env, **kw)
+        if token is not None and token.exists():
+            os.chmod(token, 0o600)
 
 
 def deploy(spec: FleetSpec) -> Any:
@@ -129,6 +136,7 @@ def deploy(spec: FleetSpec) -> Any:
     from ray import serve
 
     serve.start(proxy_location="Disabled")
+    spec.signing_key()  # made here first: replicas then read the state directory's key
     handle = _run(spec)
     handle.serve_http.remote().result(timeout_s=60)
     return handle

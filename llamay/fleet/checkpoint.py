@@ -1,16 +1,17 @@
 """Context checkpoints under the fleet's state directory.
 
 Layout: `<state>/checkpoints/<replica id>/<context id>.llamayctx` (the snapshot format of
-`llamay ctx snapshot`) plus `alive`, a heartbeat file the replica touches on every pass. A
+`llamay ctx snapshot`, signed with the fleet's key; folders 0700, files 0600) plus `alive`, a heartbeat file the replica touches on every pass. A
 folder whose heartbeat is older than `stale_after` and whose replica is not live belongs to a
 replica that died: its contexts are restored elsewhere, then the folder is removed."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from pathlib import Path
+
+from .trust import private_dir, write_private
 
 __all__ = ["Checkpoints", "orphans"]
 
@@ -22,18 +23,23 @@ class Checkpoints:
     mid-write leaves the previous checkpoint of that context."""
 
     def __init__(self, root: Path, replica: str) -> None:
+        self.root = root
         self.folder = root / replica
         self.heartbeat()  # before any sweep could take a new, empty folder for a dead one's
 
+    def _ready(self) -> None:
+        if not self.folder.is_dir():
+            private_dir(self.root)
+            private_dir(self.folder)
+
     def heartbeat(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        (self.folder / "alive").write_text(str(time.time()))
+        self._ready()
+        write_private(self.folder / "alive", str(time.time()).encode())
 
     def write(self, cid: str, data: bytes) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.folder / f".{cid}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, self.folder / f"{cid}{SUFFIX}")
+        """Write a context's snapshot (signed by the caller: see `trust`), mode 0600."""
+        self._ready()
+        write_private(self.folder / f"{cid}{SUFFIX}", data)
 
     def remove(self, cid: str) -> None:
         (self.folder / f"{cid}{SUFFIX}").unlink(missing_ok=True)

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from .checkpoint import orphans, saved
 from .hints import RouteHint
 from .routing import FleetKnowledge
 from .spec import FleetSpec
+from .trust import write_private
 
 __all__ = ["Recovery"]
 
@@ -53,10 +53,7 @@ class Recovery:
             self.know.learn(fid, uid, local)
 
     def save_aliases(self) -> None:
-        moved = self.know.aliases()
-        tmp = self.aliases.with_suffix(".tmp")
-        tmp.write_text(json.dumps(moved))
-        os.replace(tmp, self.aliases)
+        write_private(self.aliases, json.dumps(self.know.aliases()).encode())
 
     async def run(self) -> None:
         # The first call through the handle is what makes Ray build our router here, and

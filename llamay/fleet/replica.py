@@ -20,6 +20,7 @@ from .asgi import Forwarded, Head, Lifespan, call_asgi
 from .checkpoint import Checkpoints
 from .hints import RouteHint
 from .spec import INGRESS_NAME, REPLICA_HEADER, FleetSpec
+from .trust import private_dir, trusted_origin
 
 __all__ = ["LlamayReplica"]
 
@@ -46,8 +47,8 @@ class LlamayReplica:
         # Each replica has its own home (contexts, their lock): under the state directory
         # when there is one, so a replica's saved contexts outlive its process.
         if spec.state_dir:
-            self.home = Path(spec.state_dir) / "replicas" / self.uid
-            self.home.mkdir(parents=True, exist_ok=True)
+            private_dir(Path(spec.state_dir) / "replicas")
+            self.home = private_dir(Path(spec.state_dir) / "replicas" / self.uid)
         else:
             self.home = Path(tempfile.mkdtemp(prefix=f"llamay-replica-{self.uid}-"))
         # The same keys as the ingress's (they are in the config): auth is the replicas' own,
@@ -61,6 +62,7 @@ class LlamayReplica:
         self._written: dict[str, int] = {}  # context id -> tokens in its last checkpoint
         root = spec.checkpoints()
         self.ckpt = Checkpoints(root, self.uid) if root is not None else None
+        self.key = spec.signing_key()  # signs checkpoints and drained contexts; checks imports
         self.header = ((REPLICA_HEADER.encode(), self.uid.encode()),)
         log.info("replica ready", extra={"replica": self.uid, "pid": os.getpid()})
 
@@ -129,24 +131,26 @@ class LlamayReplica:
         out = []
         for _, cid, _ in await self._contexts():
             try:
-                _, data = await service.snapshot(cid)
+                _, data = await service.snapshot(cid, key=self.key)
             except Exception:  # deleted or failed meanwhile: nothing to move
                 continue
             out.append((cid, data))
         return out
 
     async def import_context(self, hint: RouteHint, data: bytes) -> tuple[str, str]:
-        """Restore a snapshot here; (this replica, the new local id). Only the fleet calls
-        this, with snapshots its own replicas wrote: the context keeps the owner and the
-        prefix-cache namespace its header records, as it had before the move."""
+        """Restore a snapshot here; (this replica, the new local id). The fleet calls this
+        with checkpoints and drained contexts, which its replicas sign with the fleet's key:
+        such a context keeps the owner and prefix-cache namespace its header records, as it
+        had before the move. Anything unsigned (a file put in the checkpoint folder) is
+        restored as no tenant's (`trust.trusted_origin`)."""
         from ..chat.contexts import ContextService
-        from ..kv.snapshot import read_snapshot
+        from ..kv.snapshot import read_signed
 
         await self._ensure_started()
-        header, state = read_snapshot(data)
+        header, state, signed = read_signed(data, self.key)
         lm = await self.runtime.use(header.model_name)
-        namespace = getattr(header, "namespace", None) or ""
-        rec = await ContextService(self.runtime).restore(lm, header, state, namespace=namespace)
+        owner, namespace = trusted_origin(header, signed)
+        rec = await ContextService(self.runtime).restore(lm, header, state, owner=owner, namespace=namespace)
         return self.uid, rec.id
 
     # -- checkpoints -------------------------------------------------------------------
@@ -172,7 +176,7 @@ class LlamayReplica:
             if written.get(cid) == n:
                 continue
             try:
-                _, data = await service.snapshot(cid)
+                _, data = await service.snapshot(cid, key=self.key)
             except Exception:  # busy or gone: the next pass tries again
                 continue
             await asyncio.to_thread(self.ckpt.write, cid, data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -42,6 +43,9 @@ class FleetSpec:
     look_back: float = 30.0  # autoscaling: seconds of load averaged for each decision
     checkpoint_every: float = 1.0  # seconds between checkpoint passes
     stale_after: float = 4.0  # a replica silent this long is taken as dead
+    # Signs checkpoints and moved contexts when there is neither $LLAMAY_SNAPSHOT_KEY nor a
+    # state directory: made once where the spec is built, it reaches every replica with it.
+    session_key: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
 
     @property
     def autoscaling(self) -> bool:
@@ -53,3 +57,16 @@ class FleetSpec:
 
     def checkpoints(self) -> Path | None:
         return Path(self.state_dir) / "checkpoints" if self.state_dir else None
+
+    def signing_key(self) -> bytes:
+        """The key every replica signs and checks checkpoints and moved contexts with:
+        $LLAMAY_SNAPSHOT_KEY's (`server.snapshot_key`), else `<state_dir>/snapshot.key`
+        (0600, made on first use, so a fleet restarted on the directory trusts its own
+        checkpoints), else `session_key`."""
+        from ..api.state import load_key
+
+        if self.server.snapshot_key:
+            return load_key(None, self.server.snapshot_key)
+        if self.state_dir:
+            return load_key(Path(self.state_dir), None)
+        return bytes.fromhex(self.session_key)

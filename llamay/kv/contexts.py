@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import secrets
 import time
 from collections.abc import Callable
@@ -254,7 +253,7 @@ class Contexts:
             for seq in {r.holder for r in self.records.values() if r.holder is not None}:
                 self.spill_entry(seq, durable=True)  # type: ignore[arg-type]
             index = [asdict(r) | {"holder": None, "busy": False} for r in self.records.values()]
-            self.folder.mkdir(parents=True, exist_ok=True)
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             body = json.dumps({"model_sha256": self.model_sha, "contexts": index}).encode()
             write_atomic(self.folder / "index.json", body)
         finally:
@@ -326,14 +325,8 @@ class Contexts:
     def _write(self, path: Path, rec: ContextRecord, state: bytes, *, durable: bool) -> None:
         """A spill file, replaced atomically; `durable` also waits for the disk (at
         shutdown; a spill under KV pressure only needs to survive the process)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        data = write_snapshot(self._header(rec), state)
-        if durable:
-            write_atomic(path, data)
-            return
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_atomic(path, write_snapshot(self._header(rec), state), durable=durable)  # mode 0600
 
 
 def _new_id() -> str:

@@ -47,7 +47,7 @@ class StoreLock:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         key = folder.resolve()
         with _HELD_LOCK:
             if key in _HELD_HERE:
@@ -86,18 +86,24 @@ class StoreLock:
                 _HELD_HERE.discard(self._key)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that a crash leaves the old or the new content."""
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Replace `path` with `data` so that a crash leaves the old or the new content. The
+    file is private (mode 0600, as `mkstemp` makes it): it holds a tenant's KV or text.
+    `durable` also waits for the disk (file and folder); without it the file need only
+    survive the process."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if not durable:
+        return
     dfd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dfd)

@@ -6,7 +6,10 @@ folder up to the indexed folder, that is either
 * holding a ``.llamay-access`` file: the group names in it, one per line (blank lines and
   ``#`` comments ignored), may read; a line ``public`` (or ``*``) makes it readable by everyone;
   a file naming no group leaves the documents to admins only; or
-* named ``public``: everyone may read.
+* named ``public``: everyone may read, unless a folder between it and the indexed folder
+  holds a ``.llamay-access`` file that restricts it: a ``public`` folder lifts only the
+  indexed folder's own (default) label, never a restricted sub-folder's, so a folder made
+  inside ``finance/`` (by whoever may write there) cannot publish finance's files.
 
 A folder holding a ``.llamay-access`` file is ruled by that file even if it is named
 ``public``.  With neither anywhere up to the indexed folder, documents are public.
@@ -87,6 +90,9 @@ class AccessResolver:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._by_dir: dict[PurePosixPath, Label] = {}
+        # The folder whose access file gave each folder its label (the root's "." for the
+        # default): a public/ folder lifts only the root's restriction.
+        self._origin: dict[PurePosixPath, PurePosixPath] = {}
 
     def label(self, rel_path: str) -> Label:
         """The label of the file at `rel_path` (POSIX, relative to `root`)."""
@@ -97,11 +103,16 @@ class AccessResolver:
         if found is not None:
             return found
         access = self.root.joinpath(*rel_dir.parts, ACCESS_FILE)
+        origin = rel_dir
         if access.is_file():
             label = parse_access(access.read_text(encoding="utf-8", errors="replace"))
-        elif rel_dir.name == PUBLIC_DIR or rel_dir == rel_dir.parent:
+        elif rel_dir == rel_dir.parent:
             label = PUBLIC
         else:
             label = self._dir_label(rel_dir.parent)
+            origin = self._origin[rel_dir.parent]
+            if rel_dir.name == PUBLIC_DIR and (label.public or origin == origin.parent):
+                label = PUBLIC  # a public/ folder lifts the root's label, not a sub-folder's
         self._by_dir[rel_dir] = label
+        self._origin[rel_dir] = origin
         return label

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import RuntimeConfig
-from ..errors import Conflict, ModelNotFound, Overloaded
+from ..errors import Conflict, ModelNotFound, Overloaded, TooManyRequests
 from .encoders import embed_with
 from .loading import LoadedModel, check_memory, is_gguf, load_model
 
@@ -39,6 +40,10 @@ MANAGE_MODELS: ContextVar[bool] = ContextVar("llamay_manage_models", default=Tru
 MODELS_USED: ContextVar[list[LoadedModel] | None] = ContextVar("llamay_models_used", default=None)
 # Distinct model-name spellings remembered as aliases; older ones are resolved again.
 MAX_ALIASES = 256
+# Seconds a model must have gone unused before a user's load may unload it to make room:
+# without this, a user naming two installed models in turn reloads them over and over
+# (each load reads the whole file and stops everyone's use of the model it replaces).
+USER_EVICT_AFTER = 60.0
 
 
 def _used(lm: LoadedModel) -> None:
@@ -97,6 +102,8 @@ class Runtime:
     models keep serving meanwhile). At most `max_loaded` stay resident; the least recently
     used idle one makes room. A model unloads once idle past its keep-alive (negative:
     never). A load that would not fit in available memory is refused (409 load_refused).
+    A caller that may not manage models unloads only a model unused for `user_evict_after`
+    seconds to make room; sooner, its load is a 429 saying which model is in the way.
     """
 
     def __init__(
@@ -109,8 +116,10 @@ class Runtime:
         keep_alive: float = 300.0,
         default: str | None = None,
         encoders: dict[str, Encoder] | None = None,
+        user_evict_after: float = USER_EVICT_AFTER,
     ) -> None:
         self.config = config or RuntimeConfig()
+        self.user_evict_after = user_evict_after
         self.store = store
         self._resolve = resolve
         self.max_loaded = max(1, max_loaded)
@@ -210,7 +219,7 @@ class Runtime:
         self._loading[canonical] = fut
         try:
             check_memory(canonical, path)
-            await self._make_room(manage)
+            await self._make_room(manage, canonical)
             generation = self._generation
             size = path.stat().st_size
             self._progress[canonical] = (0.0, size)
@@ -248,7 +257,7 @@ class Runtime:
         got = self._progress.get(key) if key else None
         return (int(got[0] * got[1]), got[1]) if got is not None else None
 
-    async def _make_room(self, manage: bool = True) -> None:
+    async def _make_room(self, manage: bool = True, loading: str = "") -> None:
         while len(self._models) >= self.max_loaded:
             # Only a manager's load may evict a model kept without expiry (the -m model).
             idle = [m for m in self.loaded() if m.idle and (manage or m.keep_alive >= 0)]
@@ -257,7 +266,17 @@ class Runtime:
                     f"all {len(self._models)} loaded models are busy; retry shortly", retry_after=2
                 )
             # Models kept without expiry (the one `serve` was started with) go last.
-            await self.unload(min(idle, key=lambda m: (m.keep_alive < 0, m.last_used)).name)
+            victim = min(idle, key=lambda m: (m.keep_alive < 0, m.last_used))
+            unused = time.time() - victim.last_used
+            if not manage and unused < self.user_evict_after:
+                wait = max(1, math.ceil(self.user_evict_after - unused))
+                raise TooManyRequests(
+                    f"loading '{loading}' would unload '{victim.name}', used {unused:.0f}s ago; a user's "
+                    f"request unloads a model only after {self.user_evict_after:g}s unused "
+                    f"(retry in {wait}s, or ask an admin to load it)",
+                    retry_after=wait,
+                )
+            await self.unload(victim.name)
 
     async def embed(
         self, name: str, texts: Sequence[str], *, truncate: bool, keep_alive: float | None = None

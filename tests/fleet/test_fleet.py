@@ -151,7 +151,8 @@ def test_ctx_move_between_the_fleet_and_a_server(
 
         def move(cid: str, src: str, dst: str) -> str:
             out = subprocess.run([sys.executable, "-m", "llamay", "ctx", "move", cid, "-from", src, "-to", dst,
-                                  "-key", "k-alice"], capture_output=True, text=True, timeout=120)  # fmt: skip
+                                  "-key", "k-alice", "-to-key", "k-alice"], capture_output=True, text=True,
+                                 timeout=120)  # fmt: skip
             assert out.returncode == 0, out.stderr
             return out.stdout.strip()
 

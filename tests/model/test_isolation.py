@@ -63,7 +63,7 @@ def complete(s: ServerProc, who: dict[str, str], prompt: str, n: int = 12) -> tu
 
 
 def cache_cells(s: ServerProc) -> int:
-    return int(httpx.get(s.base + "/health").json()["models"][0]["cache_cells"])
+    return int(httpx.get(s.base + "/health", headers=ROOT).json()["models"][0]["cache_cells"])
 
 
 def test_cached_tokens_reveal_nothing_across_tenants(server: ServerProc) -> None:

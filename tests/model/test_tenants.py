@@ -130,7 +130,7 @@ def test_a_stalled_ndjson_reader_is_dropped_and_its_kv_freed(server: ServerProc)
         before = victim_chat(server)  # served while the stalled stream is still generating
         health: dict[str, Any] = {}
         while True:  # until the stream is over: aborted (the fix) or generated to the end
-            health = httpx.get(server.base + "/health").json()["models"][0]
+            health = httpx.get(server.base + "/health", headers=ADMIN).json()["models"][0]
             if health["running"] == 0:
                 break
             select.select([], [], [], 0.25)

@@ -41,10 +41,28 @@ def test_nearest_access_file_wins(tmp_path: Path) -> None:
     assert r.label("finance/q3.txt") == finance
     assert r.label("finance/deep/er/x.txt") == finance
     assert r.label("finance/board/minutes/m.txt") == Label(False, frozenset({"board"}))
-    assert r.label("finance/public/notice.txt") == PUBLIC  # a public/ folder nearer than the file
+    # A public/ folder inside a restricted one does not widen it (it lifts only the root's label).
+    assert r.label("finance/public/notice.txt") == finance
     assert r.label("hr/public/p.txt") == Label(False, frozenset({"hr"}))  # its own file rules it
     assert r.label("open/secret/s.txt") == PUBLIC
     assert r.label("nobody/n.txt") == Label(False, frozenset())
+
+
+def test_public_folders_lift_only_the_roots_label(tmp_path: Path) -> None:
+    r = tree(tmp_path, {
+        ".llamay-access": "staff",
+        "public/a.txt": "",
+        "docs/public/b.txt": "",  # docs/ has the root's label: public/ lifts it
+        "hr/.llamay-access": "hr",
+        "hr/public/c.txt": "",
+        "hr/x/y/public/d.txt": "",
+        "hr/open/.llamay-access": "*",
+        "hr/open/public/e.txt": "",
+    })  # fmt: skip
+    hr = Label(False, frozenset({"hr"}))
+    assert r.label("public/a.txt") == PUBLIC and r.label("docs/public/b.txt") == PUBLIC
+    assert r.label("hr/public/c.txt") == hr and r.label("hr/x/y/public/d.txt") == hr
+    assert r.label("hr/open/public/e.txt") == PUBLIC
 
 
 def test_root_access_file_applies_to_everything(tmp_path: Path) -> None:

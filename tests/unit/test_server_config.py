@@ -40,7 +40,7 @@ def test_every_serve_flag_sets_its_field(dash: str, home: Path, tmp_path: Path) 
         "top-p": "0.9", "top-k": "7", "min-p": "0.1", "repeat-penalty": "1.2", "kv": "q8_0",
         "flash-attn": "off", "cache-ram": "16", "chat-template": "t.jinja", "embed": "all-minilm",
         "rerank": "ranker", "index": "docs.idx", "max-loaded": "4", "keepalive": "1m", "keys": "keys.json",
-        "max-connections": "9", "header-timeout": "3s", "body-timeout": "90s", "log-level": "DEBUG",
+        "max-connections": "9", "max-connections-per-address": "4", "header-timeout": "3s", "body-timeout": "90s", "log-level": "DEBUG",
         "max-body": "8M", "max-field": "512", "responses-per-key": "1G", "responses-total": "2048K",
         "response-ttl": "1h",
     }  # fmt: skip
@@ -55,7 +55,7 @@ def test_every_serve_flag_sets_its_field(dash: str, home: Path, tmp_path: Path) 
             temperature=0.5, top_p=0.9, top_k=7, min_p=0.1, repeat_penalty=1.2, finish_tool="auto",
             admission="fcfs",
         ),
-        limits=ServerLimits(max_connections=9, header_timeout=3.0, body_timeout=90.0, max_body=8 * 2**20,
+        limits=ServerLimits(max_connections=9, max_connections_per_address=4, header_timeout=3.0, body_timeout=90.0, max_body=8 * 2**20,
                             max_field=512, responses_per_key=2**30, responses_total=2 * 2**20, response_ttl=3600.0),
         max_loaded=4, keep_alive=60.0, embed="all-minilm", rerank="ranker", index=here / "docs.idx",
         keys=here / "keys.json", log_level="DEBUG",

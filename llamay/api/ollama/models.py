@@ -22,6 +22,7 @@ from ...embed.service import Encoder
 from ...errors import InvalidRequest, LlamayError, ModelNotFound
 from ...runtime import LoadedModel
 from ...store.gguf_header import HeaderCache
+from ..authn import principal_of
 from ..embeddings import MAX_INPUTS, find_encoder, served_encoders
 from ..fields import Fields
 from ..http import read_json
@@ -149,13 +150,21 @@ def _parameters(runtime: Any, name: str, path: Path) -> str:
 
 
 def _show(
-    runtime: Any, cache: HeaderCache, name: str, verbose: bool, enc: Encoder | None = None
+    runtime: Any,
+    cache: HeaderCache,
+    name: str,
+    verbose: bool,
+    enc: Encoder | None = None,
+    *,
+    admin: bool = True,
 ) -> dict[str, Any]:
+    """Ollama's show. The Modelfile's FROM line names the file only for an admin: a user
+    learns no paths on the machine, so it names the model instead."""
     lm = _find_loaded(runtime, name)
     if lm is not None:  # what it runs with: its template as loaded
         meta, n = _header(cache, lm.info.path, verbose=verbose)
         return describe.show_json(
-            path=str(lm.info.path), meta=meta, n_params=n or lm.info.n_params, template=lm.template.source,
+            path=str(lm.info.path) if admin else lm.name, meta=meta, n_params=n or lm.info.n_params, template=lm.template.source,
             parameters=_parameters(runtime, lm.name, lm.info.path),
             caps=describe.capabilities(meta, thinking=_thinks(lm)), modified=lm.info.path.stat().st_mtime,
             variance=getattr(lm, "batch_variance", ()),
@@ -168,14 +177,14 @@ def _show(
             )
             thinks = detect_reasoning(template, lambda _: None) is not None
             return describe.show_json(
-                path=str(m.path), meta=meta, n_params=n, template=template, parameters=_parameters(runtime, m.name, m.path),
+                path=str(m.path) if admin else m.name, meta=meta, n_params=n, template=template, parameters=_parameters(runtime, m.name, m.path),
                 caps=describe.capabilities(meta, thinking=thinks), modified=m.modified.timestamp(),
                 variance=_variance(runtime, cache, m.path),
             )  # fmt: skip
     if enc is not None:  # an encoder served from a file: no template, it only embeds or ranks
         meta, n = _header(cache, enc.model.path, verbose=verbose)
         return describe.show_json(
-            path=str(enc.model.path), meta=meta, n_params=n, template="", parameters="",
+            path=str(enc.model.path) if admin else name, meta=meta, n_params=n, template="", parameters="",
             caps=describe.capabilities(meta, thinking=False), modified=enc.model.path.stat().st_mtime,
         )  # fmt: skip
     raise ModelNotFound(f"model '{name}' not found", param="model")
@@ -186,7 +195,8 @@ async def show(request: Request) -> Response:
     name = f.text("model") or f.text("name") or ""
     verbose = bool(f.flag("verbose", False))
     runtime, cache, enc = state_of(request).runtime, headers(request), find_encoder(request, name)
-    body = await asyncio.to_thread(_show, runtime, cache, name, verbose, enc)
+    admin = principal_of(request).admin
+    body = await asyncio.to_thread(_show, runtime, cache, name, verbose, enc, admin=admin)
     return JSONResponse(body)
 
 

@@ -298,12 +298,26 @@ def parse_chat(body: Any) -> ChatRequest:
     return ChatRequest(common, chat_options(f, list(messages), common.grammar), want_logprobs, top)
 
 
+# What the server passes to a chat template itself (Template.render's arguments and the
+# sandbox's functions): a request's chat_template_kwargs may not set them.
+RESERVED_TEMPLATE_VARIABLES = frozenset(
+    {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception", "strftime_now"}
+)
+
+
 def chat_options(f: Fields, messages: list[dict[str, Any]], grammar: Grammar | None) -> ChatOptions:
     """Tools, reasoning and template options of an OpenAI chat body."""
     raw_tools = f.raw("tools")
     tools = parse_tools(raw_tools) if raw_tools else []
     choice = parse_tool_choice(f.raw("tool_choice"), tools)
     kwargs = dict(f.obj("chat_template_kwargs") or {})
+    taken = sorted(RESERVED_TEMPLATE_VARIABLES.intersection(kwargs))
+    if taken:
+        raise InvalidRequest(
+            f"'chat_template_kwargs' may not set {', '.join(repr(k) for k in taken)}: the server "
+            "passes that to the template itself",
+            param="chat_template_kwargs",
+        )
     effort = f.text("reasoning_effort")
     thinking = effort != "none" and kwargs.get("enable_thinking") is not False and f.flag("think", True)
     finish = f.raw("finish_tool")
