@@ -145,12 +145,15 @@ def run_fleet_arm(
 ) -> dict[str, Any]:
     from ray import serve
 
+    from llamay.cli.main import build_parser
+    from llamay.cli.serve import config_from_args
     from llamay.fleet.app import deploy, wait_replicas
     from llamay.fleet.spec import FleetSpec
 
     port = free_port()
+    server = config_from_args(build_parser().parse_args(["serve", *FLEET_REPLICA_ARGV]))  # as that serve runs
     spec = FleetSpec(model=(model.stem, str(model), None), port=port, replicas=replicas, cpus_per_replica=1.0,
-                     router=router, serve_argv=FLEET_REPLICA_ARGV,
+                     router=router, server=server,
                      app_name=f"bench-{router}-{replicas}")  # fmt: skip
     handle = deploy(spec)
     try:

@@ -2,8 +2,13 @@
 
 Keys come from `LLAMAY_API_KEY` (one admin key) and/or a keys file:
 `{"keys": [{"key": "...", "principal": "ops", "groups": ["finance"], "role": "user" | "admin",
-"cache_group": "team-a", "limits": {...}}], "limits": {...}}`. With no keys the server is
-single-user: every request acts as the local admin.
+"cache_group": "team-a", "weight": 2, "limits": {...}}], "limits": {...}}`. With no keys the
+server is single-user: every request acts as the local admin.
+
+`weight` (a positive number, default 1) is the principal's share of the engine when several
+principals' requests wait: the engine charges each principal for the tokens it is served,
+divided by its weight, and starts the least charged one's next sequence (engine/scheduler.py).
+Give every key of one principal the same weight.
 
 `limits` (see `Limits`) at the top are the defaults of every user key; a key's own `limits`
 override them. Admin keys have none unless their entry sets some.
@@ -11,8 +16,8 @@ Keys are compared in constant time and never logged.
 
 Each principal has a prefix-cache namespace: its own (`u:<principal>`), or `g:<cache_group>`
 for keys that deliberately share cached prompts; the single user's is "". The namespace of
-the request being served is in `CURRENT_NAMESPACE` (set by the HTTP edge), which the chat
-pipeline passes to the engine.
+the request being served is in `CURRENT_NAMESPACE`, and its principal in `CURRENT_PRINCIPAL`
+(both set by the HTTP edge), which the chat pipeline passes to the engine.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import os
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -27,7 +33,16 @@ from pathlib import Path
 
 from .errors import Forbidden, Unauthorized
 
-__all__ = ["Principal", "KeyRing", "Limits", "LOCAL", "ANONYMOUS", "CURRENT_NAMESPACE", "bearer_token"]
+__all__ = [
+    "Principal",
+    "KeyRing",
+    "Limits",
+    "LOCAL",
+    "ANONYMOUS",
+    "CURRENT_NAMESPACE",
+    "CURRENT_PRINCIPAL",
+    "bearer_token",
+]
 
 # The prefix-cache namespace of the request being served ("" single user: one namespace).
 CURRENT_NAMESPACE: ContextVar[str] = ContextVar("llamay_namespace", default="")
@@ -66,10 +81,17 @@ class Principal:
     role: str = "user"
     namespace: str = ""  # its prefix-cache namespace (see the module docstring)
     limits: Limits | None = None  # None: unlimited (the single user, admins by default)
+    weight: float = 1.0  # its share of the engine against other principals
 
     @property
     def admin(self) -> bool:
         return self.role == "admin"
+
+    @property
+    def tenant(self) -> str:
+        """Whom the engine's fair share charges for this principal's requests: its name, or
+        "" for the single user (namespace ""), whose queue is the whole server's."""
+        return self.name if self.namespace else ""
 
     def owner_tag(self, single_user: bool) -> str | None:
         """What a resource created by this principal records as its owner."""
@@ -86,6 +108,8 @@ class Principal:
 LOCAL = Principal("local", (), "admin")
 # Who calls an open path (/health) while keys are on: nobody in particular, never an admin.
 ANONYMOUS = Principal("anonymous", (), "user", "anon")
+# The principal of the request being served; outside a server, the single user.
+CURRENT_PRINCIPAL: ContextVar[Principal] = ContextVar("llamay_principal", default=LOCAL)
 
 
 class KeyRing:
@@ -144,12 +168,16 @@ def _read_keys(path: Path) -> list[tuple[str, Principal]]:
             if group is not None and (not isinstance(group, str) or not group):
                 raise ValueError(f"'cache_group' must be a non-empty string, not {group!r}")
             namespace = f"g:{group}" if group else f"u:{name}"
+            weight = item.get("weight", 1)
+            if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < math.inf:
+                raise ValueError(f"'weight' must be a positive number, not {weight!r}")
             limits: Limits | None = None
             if "limits" in item:
                 limits = Limits.parse(item["limits"], defaults if role == "user" else Limits())
             elif role == "user":
                 limits = defaults
-            out.append((str(item["key"]), Principal(name, tuple(groups), role, namespace, limits)))
+            principal = Principal(name, tuple(groups), role, namespace, limits, float(weight))
+            out.append((str(item["key"]), principal))
         return out
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"cannot read keys file {path}: {exc}") from None

@@ -19,9 +19,11 @@ __all__ = [
     "ContextOverflow",
     "Overloaded",
     "TooManyRequests",
+    "QueueLimit",
     "GrammarError",
     "EngineError",
     "StoreError",
+    "InternalError",
 ]
 
 
@@ -112,6 +114,14 @@ class TooManyRequests(Overloaded):
     kind = "rate_limit_error"
 
 
+class QueueLimit(TooManyRequests):
+    """The caller already has as many sequences waiting for a model as one principal may
+    (every prompt and every choice is one); retry once some of them have started. Other
+    principals' traffic never causes it."""
+
+    code = "queue_limit_exceeded"
+
+
 class GrammarError(InvalidRequest):
     """A schema, grammar or regex that cannot be compiled or enforced."""
 
@@ -130,3 +140,12 @@ class StoreError(LlamayError):
 
     status = 502
     code = "store_error"
+
+
+class InternalError(LlamayError):
+    """An unexpected failure (a bug, not the caller's doing), reported as a 500 that names
+    only the exception's type: its text may hold anything."""
+
+    @classmethod
+    def of(cls, exc: BaseException) -> InternalError:
+        return cls(f"internal error: {type(exc).__name__}")

@@ -11,6 +11,7 @@ from starlette.routing import Route
 from ..runtime import Runtime
 from .http import json_response
 from .metrics import RequestCounter
+from .state import state_of
 
 __all__ = ["admin_routes", "collect_stats"]
 
@@ -31,6 +32,8 @@ def collect_stats(runtime: Runtime, counter: RequestCounter | None) -> dict[str,
                 "prompt_tokens": st.prompt_tokens,
                 "cached_tokens": st.cached_tokens,
                 "generated_tokens": st.generated_tokens,
+                "computed_tokens": st.computed_tokens,
+                "computed_by_principal": dict(st.by_tenant),
                 "running": m.engine.running,
                 "queue_depth": m.engine.queue_depth,
                 "kv_cells_used": m.engine.kv_used(),
@@ -59,9 +62,8 @@ def collect_stats(runtime: Runtime, counter: RequestCounter | None) -> dict[str,
 
 
 async def stats(request: Request) -> Response:
-    return json_response(
-        collect_stats(request.app.state.runtime, getattr(request.app.state, "counter", None))
-    )
+    state = state_of(request)
+    return json_response(collect_stats(state.runtime, state.counter))
 
 
 def _prom(name: str, help_: str, kind: str, samples: list[tuple[dict[str, Any], float]]) -> list[str]:
@@ -77,7 +79,8 @@ def _esc(v: str) -> str:
 
 
 async def metrics(request: Request) -> Response:
-    s = collect_stats(request.app.state.runtime, getattr(request.app.state, "counter", None))
+    state = state_of(request)
+    s = collect_stats(state.runtime, state.counter)
     per = s["models"]
     lines: list[str] = []
     lines += _prom("requests_total", "HTTP requests by route and status", "counter",

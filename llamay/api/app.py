@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from .. import __version__
 from ..auth import KeyRing
+from ..config import ServerLimits
 from ..runtime import Runtime
 from .admin import admin_routes
 from .anthropic.routes import anthropic_routes
@@ -24,14 +25,19 @@ from .embeddings import embeddings_routes
 from .errors import exception_handlers
 from .grants import GrantsMiddleware
 from .http import json_response
-from .metrics import CountingMiddleware, RequestCounter
+from .metrics import CountingMiddleware
 from .ollama.routes import ollama_routes
 from .openai.responses import responses_routes
 from .openai.routes import openai_routes
 from .openapi import openapi_routes
 from .rag import rag_routes
 from .redact import redact_routes
+from .state import server_state, state_of
 from .web import web_routes
+
+if TYPE_CHECKING:
+    from ..embed import Encoder
+    from ..rag import Index
 
 __all__ = ["create_app", "ENDPOINTS"]
 
@@ -61,7 +67,7 @@ ENDPOINTS: list[tuple[str, str, str]] = [
 
 
 async def health(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
+    runtime = state_of(request).runtime
     models: list[dict[str, Any]] = [
         {
             "name": m.name,
@@ -89,8 +95,21 @@ async def _reap(runtime: Runtime) -> None:
             logging.getLogger("llamay.runtime").exception("unloading an idle model failed")
 
 
-def create_app(runtime: Runtime, keys: KeyRing | None = None) -> Starlette:
-    keys = keys or KeyRing([])
+def create_app(
+    runtime: Runtime,
+    keys: KeyRing | None = None,
+    *,
+    encoders: dict[str, Encoder] | None = None,
+    index: Index | None = None,
+    limits: ServerLimits | None = None,
+    snapshot_key: bytes | None = None,
+) -> Starlette:
+    """The app serving `runtime`; `app.state` is its complete `ServerState` (see
+    `state.server_state` for the defaults). Its lifespan reaps idle models and, at the end,
+    closes the runtime and the encoders."""
+    state = server_state(
+        runtime, keys, encoders=encoders, index=index, limits=limits, snapshot_key=snapshot_key
+    )
     routes = [
         Route("/health", health, methods=["GET"]),
         *openai_routes(),
@@ -111,23 +130,19 @@ def create_app(runtime: Runtime, keys: KeyRing | None = None) -> Starlette:
         reaper = asyncio.create_task(_reap(runtime))
         yield
         reaper.cancel()
-        if getattr(app.state, "responses", None) is not None:  # their records end with the process
-            await app.state.responses.close()
+        await state.responses.close()  # their records end with the process
         # Shutdown runs here, before the server process exits: engines stop and contexts
         # are written to disk.
         await asyncio.to_thread(runtime.close)
-        for enc in (getattr(app.state, "encoders", None) or {}).values():
+        for enc in state.encoders.values():
             await asyncio.to_thread(enc.close)
 
     app = Starlette(routes=routes, exception_handlers=exception_handlers(), lifespan=lifespan)
-    app.state.runtime = runtime
-    app.state.keys = keys
-    app.state.encoders = {}
-    app.state.index = None
-    app.state.counter = RequestCounter()
+    # One typed object in place of Starlette's attribute bag; Starlette itself never reads it.
+    app.state = state  # type: ignore[assignment]
     # Added first, so it runs inside the auth layer and sees the principal it found.
     app.add_middleware(GrantsMiddleware)
-    app.add_middleware(AuthMiddleware, keys=keys)
+    app.add_middleware(AuthMiddleware, keys=state.keys)
     # Added last, so it runs first: it also counts the 401s the auth layer answers.
-    app.add_middleware(CountingMiddleware, counter=app.state.counter)
+    app.add_middleware(CountingMiddleware, counter=state.counter)
     return app

@@ -11,9 +11,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..auth import ANONYMOUS, CURRENT_NAMESPACE, LOCAL, KeyRing, Principal, bearer_token
+from ..auth import ANONYMOUS, CURRENT_NAMESPACE, CURRENT_PRINCIPAL, LOCAL, KeyRing, Principal, bearer_token
 from ..errors import Forbidden, LlamayError, TooManyRequests, Unauthorized
 from .errors import api_of, error_body
+from .state import state_of
 
 __all__ = ["AuthMiddleware", "principal_of"]
 
@@ -75,12 +76,14 @@ class AuthMiddleware:
                 self.in_flight[principal.name] = left
 
     async def _serve(self, principal: Principal, scope: Scope, receive: Receive, send: Send) -> None:
-        # The prefix-cache namespace follows the request into the pipeline (and the tasks
-        # it starts), so no route can forget to pass it.
-        token = CURRENT_NAMESPACE.set(principal.namespace)
+        # The prefix-cache namespace and the principal (whom the engine's fair share
+        # charges) follow the request into the pipeline (and the tasks it starts), so no
+        # route can forget to pass them.
+        token, who = CURRENT_NAMESPACE.set(principal.namespace), CURRENT_PRINCIPAL.set(principal)
         try:
             await self.app(scope, receive, send)
         finally:
+            CURRENT_PRINCIPAL.reset(who)
             CURRENT_NAMESPACE.reset(token)
 
 
@@ -109,7 +112,6 @@ def principal_of(request: Request) -> Principal:
     p = request.scope.get("state", {}).get("principal")
     if isinstance(p, Principal):
         return p
-    keys = getattr(request.app.state, "keys", None)
-    if keys is not None and not keys.enabled:
+    if not state_of(request).keys.enabled:
         return LOCAL
     raise Unauthorized("no authenticated principal for this request")

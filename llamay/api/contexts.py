@@ -7,59 +7,24 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..chat.contexts import Check, ContextService
-from ..errors import Forbidden, InvalidRequest, TooManyRequests
-from ..runtime import LoadedModel, Runtime
+from ..errors import Forbidden, InvalidRequest
+from ..runtime import LoadedModel
 from .authn import principal_of
 from .fields import Fields
 from .http import json_response, read_json
 from .restore import restore_context, snapshot_key
+from .state import state_of
+from .tenancy import contexts_of, enforce_quota, owner_check, single_user
 
-__all__ = ["context_routes", "contexts_of", "owner_check", "enforce_quota"]
+__all__ = ["context_routes"]
 
 # Forks per call without limits (the single user, admins by default); a key's limits say less.
 MAX_FORKS = 10_000
 
 
-def contexts_of(request: Request) -> ContextService:
-    return ContextService(request.app.state.runtime)
-
-
-def owner_check(request: Request) -> Check:
-    """Raises Forbidden for a context the caller's principal may not use."""
-    principal = principal_of(request)
-    return lambda rec: principal.check_owner(rec.owner, f"context '{rec.id}'")
-
-
-def single_user(request: Request) -> bool:
-    return not request.app.state.keys.enabled
-
-
-async def enforce_quota(request: Request, *, contexts: int, tokens: int = 0, kv_bytes: int = 0) -> None:
-    """429 (with Retry-After) when `contexts` more contexts, keeping `kv_bytes` (or `tokens`
-    positions) of KV, would take the caller past its limits."""
-    principal = principal_of(request)
-    limits = principal.limits
-    if limits is None:
-        return
-    held, size, per_cell = await contexts_of(request).held_by(principal.name)
-    if held + contexts > limits.contexts:
-        raise TooManyRequests(
-            f"'{principal.name}' holds {held} contexts and may hold {limits.contexts}; delete some first",
-            retry_after=30,
-        )
-    if size + (kv_bytes or tokens * per_cell) > limits.context_bytes:
-        raise TooManyRequests(
-            f"'{principal.name}' keeps {size} bytes of context KV and may keep {limits.context_bytes}; "
-            "delete some contexts first",
-            retry_after=30,
-        )
-
-
 async def create_context(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
     f = Fields(await read_json(request))
-    lm = await runtime.use(f.text("model", ""))
+    lm = await state_of(request).runtime.use(f.text("model", ""))
     marking = f.text("marking")
     shared = bool(f.flag("shared", False))
     principal = principal_of(request)

@@ -1,7 +1,7 @@
 """HTTP routes for encoders: ``POST /v1/embeddings`` (OpenAI) and ``POST /rerank``,
 ``POST /v1/rerank`` (the Jina/Cohere rerank shape).
 
-The encoders come from ``request.app.state.encoders``: a dict with "embed" and/or "rerank"
+The encoders come from the app's state (``state_of(request).encoders``): a dict with "embed" and/or "rerank"
 holding `llamay.embed.Encoder` objects (absent keys: no such model loaded).
 
 /v1/embeddings body: ``input`` (a string, an array of strings, an array of token ids, or an
@@ -33,6 +33,7 @@ from ..embed.vectors import shorten, to_base64
 from ..errors import InvalidRequest, ModelNotFound
 from .fields import Fields
 from .http import json_response, read_json, until_disconnect
+from .state import state_of
 
 __all__ = ["embeddings_routes", "parse_inputs", "MAX_INPUTS", "served_encoders", "find_encoder"]
 
@@ -41,8 +42,7 @@ MAX_INPUTS = 2048
 
 
 def _encoders(request: Request) -> dict[str, Encoder]:
-    encoders = getattr(request.app.state, "encoders", None)
-    return encoders if isinstance(encoders, dict) else {}
+    return state_of(request).encoders
 
 
 def served_encoders(request: Request) -> list[Encoder]:

@@ -1,4 +1,6 @@
-"""HTTP plumbing shared by every API: JSON bodies, SSE framing, client-disconnect watch."""
+"""HTTP plumbing shared by every API: JSON bodies, SSE and NDJSON framing, streams that
+drop stalled readers, client-disconnect watch, and `respond`: a generation through an
+API's renderer as a streamed or a whole response."""
 
 from __future__ import annotations
 
@@ -8,23 +10,31 @@ import json
 import logging
 import os
 import re
-from collections.abc import AsyncIterator, Awaitable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Message, Send
 
-from ..errors import InvalidRequest, PayloadTooLarge, RequestTimeout
+from ..errors import InvalidRequest, LlamayError, PayloadTooLarge, RequestTimeout
 from .serving import limits_of
+
+if TYPE_CHECKING:
+    from ..chat.pipeline import Choice, Delta, Done, Generation
 
 __all__ = [
     "GuardedStream",
+    "HttpRenderer",
+    "respond",
+    "ndjson_line",
     "ndjson_response",
     "read_body",
     "read_json",
-    "sse_response",
-    "sse_frame",
+    "stream_response",
+    "SSE",
+    "NDJSON",
+    "sse_event",
     "until_disconnect",
     "json_response",
     "ClientGone",
@@ -129,9 +139,15 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def sse_frame(data: Any) -> bytes:
-    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return f"data: {payload}\n\n".encode()
+def sse_event(event: dict[str, Any]) -> bytes:
+    """`event: <type>` and `data: <json>` lines, as Anthropic and the Responses API frame
+    every event."""
+    data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+    return f"event: {event['type']}\ndata: {data}\n\n".encode()
+
+
+def ndjson_line(obj: Any) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
 
 class GuardedStream(StreamingResponse):
@@ -185,20 +201,59 @@ class GuardedStream(StreamingResponse):
                 await closer()
 
 
-def sse_response(frames: AsyncIterator[bytes]) -> StreamingResponse:
+SSE = "text/event-stream"
+NDJSON = "application/x-ndjson"
+
+
+def stream_response(frames: AsyncIterable[bytes], media_type: str) -> StreamingResponse:
+    """`frames` as a guarded stream of `media_type` (SSE or NDJSON), never buffered on the way."""
     return GuardedStream(
-        frames,
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        frames, media_type=media_type, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
 
 
 def ndjson_response(lines: AsyncIterator[bytes]) -> StreamingResponse:
-    return GuardedStream(
-        lines,
-        media_type="application/x-ndjson",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return stream_response(lines, NDJSON)
+
+
+class HttpRenderer(Protocol):
+    """An API's renderer (see chat/pipeline.py): frames of `media_type` (bytes) when
+    `streaming`, else one frame at the end, the JSON body."""
+
+    streaming: bool
+    media_type: str
+
+    def start(self, gen: Generation) -> Sequence[Any]: ...
+
+    def delta(self, step: Delta) -> Sequence[Any]: ...
+
+    def done(self, step: Done) -> Sequence[Any]: ...
+
+    def error(self, exc: LlamayError) -> Sequence[Any]: ...
+
+
+async def respond(
+    request: Request,
+    gen: Generation,
+    renderer: HttpRenderer,
+    *,
+    settle: Callable[[Choice], Awaitable[None]] | None = None,
+    cleanup: Callable[[], None] | None = None,
+) -> Response:
+    """`gen` through `renderer`: streamed (a client that disconnects or stops reading ends
+    it, and the generation with it), or whole once the generation ends (cancelled if the
+    client disconnects first). `settle` and `cleanup` as for the pipeline's `Frames`."""
+    # Imported here: the rest of this module serves routes that never load the engine.
+    from ..chat.pipeline import Frames, answer
+
+    if renderer.streaming:
+        return stream_response(Frames(gen, renderer, settle=settle, cleanup=cleanup), renderer.media_type)
+    try:
+        body = await until_disconnect(request, answer(gen, renderer, settle=settle))
+    finally:
+        if cleanup is not None:
+            cleanup()
+    return json_response(body)
 
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:

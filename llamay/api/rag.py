@@ -10,7 +10,7 @@ holds a reranker (see `llamay.rag.retrieve`).
 
 Only passages the caller may read take part: its key's groups against each document's access
 label (admins read everything; without keys the local user is an admin).  The index is
-``request.app.state.index`` (None: 404), the encoders ``request.app.state.encoders``.
+the app state's `index` (None: 404) and `encoders`.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from starlette.routing import Route
 
 from ..errors import NotFound
 from ..rag.access import reader_of
-from ..rag.index import Index
 from ..rag.retrieve import MAX_TOP_K, retrieve
 from .authn import principal_of
 from .fields import Fields
 from .http import json_response, read_json, until_disconnect
+from .state import state_of
 
 __all__ = ["rag_routes"]
 
@@ -35,16 +35,16 @@ async def retrieve_route(request: Request) -> Response:
     query = f.text("query", required=True)
     top_k = f.integer("top_k", 5, lo=1, hi=MAX_TOP_K)
     min_score = f.number("min_score", None)
-    index = getattr(request.app.state, "index", None)
-    if not isinstance(index, Index):
+    state = state_of(request)
+    index = state.index
+    if index is None:
         raise NotFound("no index is loaded; start the server with -index")
-    encoders = getattr(request.app.state, "encoders", None)
     reader = reader_of(principal_of(request))
     found = await until_disconnect(
         request,
         retrieve(
             index,
-            encoders if isinstance(encoders, dict) else {},
+            state.encoders,
             query,
             reader,
             top_k=top_k,

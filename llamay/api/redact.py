@@ -21,6 +21,7 @@ from ..runtime import LoadedModel
 from ..types import SamplingParams
 from .fields import Fields
 from .http import json_response, read_json
+from .state import state_of
 
 __all__ = ["redact_routes", "MODEL_TYPES"]
 
@@ -68,7 +69,7 @@ async def redact_route(request: Request) -> Response:
     model_types = [t for t in MODEL_TYPES if types is None or t in types]
     rule_types = None if types is None else [t for t in types if t not in MODEL_TYPES]
     if model_name is not None and model_types:
-        lm = await request.app.state.runtime.use(model_name)
+        lm = await state_of(request).runtime.use(model_name)
         spans = await model_spans(lm, text)
         for t in model_types:
             registry[t] = Detector(t, _finder([n for kind, n in spans if kind == t]), "local model")

@@ -17,11 +17,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import os
-import secrets
 import tempfile
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -40,51 +37,20 @@ from ..kv.snapshot import (
     parse_prefix,
     signature,
 )
-from ..runtime import LoadedModel, Runtime
+from ..runtime import LoadedModel
 from .authn import principal_of
 from .http import IDLE_TIMEOUT, json_response
+from .state import MAX_RESTORES, state_of
+from .tenancy import contexts_of, enforce_quota
 
-__all__ = ["restore_context", "snapshot_key", "state_cap", "MAX_RESTORES", "KEY_ENV"]
+__all__ = ["restore_context", "snapshot_key", "state_cap", "MAX_RESTORES"]
 
-MAX_RESTORES = 2
-KEY_ENV = "LLAMAY_SNAPSHOT_KEY"
-KEY_FILE = "snapshot.key"
 _CHUNK = 1 << 20
 
 
 def snapshot_key(request: Request) -> bytes:
-    """The server's snapshot signing key: $LLAMAY_SNAPSHOT_KEY (a fleet shares it), else
-    `<home>/snapshot.key`, created once with mode 0600; without a home, one per process."""
-    state = request.app.state
-    key = getattr(state, "snapshot_key", None)
-    if key is None:
-        runtime: Runtime = state.runtime
-        key = load_key(runtime.config.home, os.environ.get(KEY_ENV))
-        state.snapshot_key = key
-    return key  # type: ignore[no-any-return]
-
-
-def load_key(home: Path | None, given: str | None) -> bytes:
-    if given:
-        if len(given) < 16:
-            raise ValueError(f"{KEY_ENV} must be at least 16 characters")
-        return hashlib.sha256(given.encode()).digest()
-    if home is None:
-        return secrets.token_bytes(32)
-    path = home / KEY_FILE
-    home.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        text = path.read_text().strip()
-        if len(text) < 32:
-            raise ValueError(
-                f"the snapshot key file {path} is damaged; remove it to make a new one"
-            ) from None
-        return bytes.fromhex(text)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32))
-    return bytes.fromhex(path.read_text().strip())
+    """The server's snapshot signing key (see `state.load_key`)."""
+    return state_of(request).snapshot_key
 
 
 def state_cap(lm: LoadedModel) -> int:
@@ -156,17 +122,10 @@ class _Body:
         return self._buf
 
 
-def _slots(request: Request) -> asyncio.Semaphore:
-    state = request.app.state
-    if getattr(state, "restore_slots", None) is None:
-        state.restore_slots = asyncio.Semaphore(MAX_RESTORES)
-    return state.restore_slots  # type: ignore[no-any-return]
-
-
 async def restore_context(request: Request) -> Response:
     principal = principal_of(request)
-    runtime: Runtime = request.app.state.runtime
-    slots = _slots(request)
+    server = state_of(request)
+    runtime, slots = server.runtime, server.restore_slots
     if slots.locked():
         raise Overloaded(f"{MAX_RESTORES} restores are running; retry shortly", retry_after=2)
     async with slots:
@@ -176,9 +135,7 @@ async def restore_context(request: Request) -> Response:
         if declared and declared.isdigit() and int(declared) > cap + header_cap(lm) + SIG_LEN:
             raise PayloadTooLarge(f"a snapshot of this model is at most {cap} state bytes")
         header, state, signed = await _receive(request, lm, cap)
-        owner, namespace = _trust(principal, header, signed, not request.app.state.keys.enabled)
-        from .contexts import contexts_of, enforce_quota
-
+        owner, namespace = _trust(principal, header, signed, not server.keys.enabled)
         await enforce_quota(request, contexts=1, kv_bytes=len(state))
 
         rec = await contexts_of(request).restore(lm, header, state, owner=owner, namespace=namespace)

@@ -1,5 +1,5 @@
 """How the HTTP server treats slow and numerous clients: connection limit, header deadline,
-total body deadline. `serve(app, host, port, limits)` runs uvicorn with them.
+total body deadline (the app state's `limits`). `serve(app, host, port)` runs uvicorn with them.
 
 uvicorn closes an idle keep-alive connection, but a connection that sends its request line
 and headers a byte at a time has no deadline there, and neither does a body sent slowly
@@ -14,34 +14,24 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
 
+from ..config import ServerLimits
+from .state import ServerState
+
 __all__ = ["ServerLimits", "limits_of", "guarded_protocol", "serve"]
-
-
-@dataclass(frozen=True)
-class ServerLimits:
-    """`max_connections`: open connections (and running requests) before uvicorn answers
-    503. `header_timeout`: seconds to receive a request's headers. `body_timeout`: seconds
-    to receive a whole request body. `keep_alive_timeout`: seconds an idle connection stays
-    open between requests."""
-
-    max_connections: int = 256
-    header_timeout: float = 10.0
-    body_timeout: float = 120.0
-    keep_alive_timeout: float = 5.0
 
 
 DEFAULT_LIMITS = ServerLimits()
 
 
 def limits_of(app: Any) -> ServerLimits:
-    """The app's limits (`app.state.limits`), or the defaults for an app built without."""
-    found = getattr(getattr(app, "state", None), "limits", None)
-    return found if isinstance(found, ServerLimits) else DEFAULT_LIMITS
+    """The app's limits (its state's `limits`), or the defaults for an app built without
+    one (a bare Starlette app in a test)."""
+    state = getattr(app, "state", None)
+    return state.limits if isinstance(state, ServerState) else DEFAULT_LIMITS
 
 
 def guarded_protocol(base: type[asyncio.Protocol], header_timeout: float) -> type[asyncio.Protocol]:
@@ -113,14 +103,13 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(
-    app: Starlette, host: str, port: int, limits: ServerLimits, sock: socket.socket | None = None
-) -> None:
-    """Run `app` on host:port (or on `sock`, from `bind`) until interrupted, with `limits`
-    (also set as app.state.limits for the body deadline)."""
+def serve(app: Starlette, host: str, port: int, sock: socket.socket | None = None) -> None:
+    """Run `app` on host:port (or on `sock`, from `bind`) until interrupted, with its
+    limits (`limits_of`: connections and the header deadline here, the body deadline in
+    `http.read_body`)."""
     import uvicorn
 
-    app.state.limits = limits
+    limits = limits_of(app)
     config = uvicorn.Config(
         app,
         host=host,

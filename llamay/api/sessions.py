@@ -9,7 +9,7 @@ from starlette.requests import Request
 
 from ..chat.pipeline import Held
 from ..runtime import LoadedModel
-from .contexts import contexts_of, owner_check
+from .tenancy import contexts_of, owner_check
 
 __all__ = ["held_context"]
 

@@ -24,6 +24,7 @@ from ..errors import NotFound
 from .authn import principal_of
 from .http import json_response
 from .markdown import render_page
+from .state import state_of
 
 __all__ = ["web_routes", "guide_text", "SECURITY_HEADERS"]
 
@@ -91,7 +92,7 @@ async def docs_markdown(_request: Request) -> Response:
 async def whoami(request: Request) -> Response:
     """The caller as the server sees it. Without keys: the local user, an admin."""
     p = principal_of(request)
-    keys = request.app.state.keys
+    keys = state_of(request).keys
     return json_response(
         {
             "object": "principal",

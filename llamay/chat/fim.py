@@ -3,22 +3,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..engine.request import ConstraintPlan
 from ..errors import InvalidRequest
-from ..grammar import Grammar
-from .pipeline import Prompt
 
 if TYPE_CHECKING:
     from ..runtime import LoadedModel
 
-__all__ = ["fim_prompt"]
+__all__ = ["fim_tokens"]
 
 
-def fim_prompt(
-    lm: LoadedModel, prefix: str | list[int], suffix: str, grammar: Grammar | None = None
-) -> Prompt:
+def fim_tokens(lm: LoadedModel, prefix: str | Sequence[int], suffix: str) -> list[int]:
     """The prompt in the prefix-suffix-middle order code models are trained on:
     [BOS] <fim_prefix> prefix <fim_suffix> suffix <fim_middle>; what the model writes next
     is the middle. Text is tokenized as plain text, so a caller cannot write the model's
@@ -32,12 +28,11 @@ def fim_prompt(
             param="suffix",
         )
     pre, suf, mid = fim
-    if isinstance(prefix, list):
-        model.check_tokens(prefix)
-        head = prefix
-    else:
+    if isinstance(prefix, str):
         head = model.tokenize(prefix, add_special=False, parse_special=False)
+    else:
+        head = list(prefix)
+        model.check_tokens(head)
     tail = model.tokenize(suffix, add_special=False, parse_special=False)
     bos = [model.bos_id] if model.add_bos and model.bos_id >= 0 else []
-    plan = ConstraintPlan(grammar, label="json") if grammar is not None else None
-    return Prompt([*bos, pre, *head, suf, *tail, mid], None, None, plan, grammar)
+    return [*bos, pre, *head, suf, *tail, mid]

@@ -39,6 +39,7 @@ __all__ = [
     "with_finish_default",
     "effort_budget",
     "thinking_plan",
+    "asked_variables",
 ]
 
 # The server's `-finish-tool`: "off" adds the finish tool only when a request asks for it;
@@ -49,9 +50,10 @@ FINISH_TOOL_MODES = ("off", "auto")
 @dataclass(frozen=True)
 class ChatOptions:
     """What a chat request asks for, whatever API it came through. `finish_tool`: False,
-    True, or the name of one of `tools` that ends the turn; None (unsaid) is off unless the
-    route put the server's default in (`with_finish_default`). `parallel_tool_calls`: None
-    (the request did not say) means what the model's template supports."""
+    True, or the name of one of `tools` that ends the turn; None (unsaid) takes the
+    server's default, which `prepare` puts in (`with_finish_default`).
+    `parallel_tool_calls`: None (the request did not say) means what the model's template
+    supports."""
 
     messages: list[dict[str, Any]]
     tools: list[ToolSpec] = field(default_factory=list)
@@ -62,6 +64,9 @@ class ChatOptions:
     thinking_budget: int | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     finish_tool: bool | str | None = None  # None: unsaid; off
+    # The thinking the request asked for by name: an effort level ("low", "high", ...), or
+    # "on" when it asked without one; None when it did not ask (see `asked_variables`).
+    effort: str | None = None
 
 
 def with_finish_default(opts: ChatOptions, mode: str) -> ChatOptions:
@@ -105,6 +110,7 @@ def prepare_chat(lm: LoadedModel, opts: ChatOptions) -> ChatSetup:
     # Said either way, as llama.cpp does: some templates open the think block only when
     # told to (QwQ's and DeepSeek's in llama.cpp's tree test `enable_thinking`).
     kwargs.setdefault("enable_thinking", opts.thinking)
+    kwargs = {**asked_variables(lm.template.variables, opts), **kwargs}
     text = lm.template.render(messages, add_generation_prompt=True, **kwargs)
     text = lm.template.strip_bos_eos(text, add_bos=lm.model.add_bos)
     tokens = lm.model.tokenize(text, add_special=True, parse_special=True)
@@ -112,6 +118,26 @@ def prepare_chat(lm: LoadedModel, opts: ChatOptions) -> ChatSetup:
     started = markers is not None and markers.opened_by(text)
     plan = _plan(lm, opts, traits, tools, started)
     return ChatSetup(tokens, text, plan, traits, tools, finish, started)
+
+
+# reasoning_effort levels as templates spell them (gpt-oss's: low, medium, high).
+_TEMPLATE_EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "max": "high"}
+
+
+def asked_variables(variables: frozenset[str], opts: ChatOptions) -> dict[str, Any]:
+    """Template variables that switch thinking on, for a request that asked for it: Granite
+    3.3's `thinking` (its template then asks for `<think>` and `<response>`; it does not
+    think unless told) and gpt-oss's `reasoning_effort` (its template writes "Reasoning:
+    medium" unless told a level). A request that did not ask gets the template's default."""
+    if not opts.thinking or opts.effort is None:
+        return {}
+    out: dict[str, Any] = {}
+    if "thinking" in variables:
+        out["thinking"] = True
+    level = _TEMPLATE_EFFORTS.get(opts.effort)
+    if "reasoning_effort" in variables and level is not None:
+        out["reasoning_effort"] = level
+    return out
 
 
 def _with_finish_tool(opts: ChatOptions) -> tuple[list[ToolSpec], str | None]:
@@ -159,7 +185,13 @@ def _think_fields(think: ConstraintPlan) -> dict[str, Any]:
 
 # Thinking budgets of the named effort levels (OpenAI's reasoning_effort, Ollama's think
 # levels); "high" and above leave the model to its own judgement.
-EFFORT_BUDGETS: dict[str, int | None] = {"minimal": 256, "low": 1024, "medium": 4096, "high": None, "max": None}
+EFFORT_BUDGETS: dict[str, int | None] = {
+    "minimal": 256,
+    "low": 1024,
+    "medium": 4096,
+    "high": None,
+    "max": None,
+}
 
 
 def effort_budget(level: str | None) -> int | None:
@@ -225,7 +257,8 @@ def _constraint(
         parallel = parallel and opts.tool_choice.mode != "function"
         tp = traits.tool_format.plan(tools, opts.tool_choice, parallel, lm.model.special_id)
         if markers is not None and (opts.thinking or started):
-            tp = think_first(tp, markers, started=started, special=lm.model.special_id)
+            opened = lm.model.tokenize(markers.open_tag, add_special=False, parse_special=True)
+            tp = think_first(tp, markers, started=started, special=lm.model.special_id, open_tokens=opened)
         if tp.immediate:
             return ConstraintPlan(tp.grammar, label="tools")
         return ConstraintPlan(tp.grammar, tp.trigger_tokens, tp.trigger_text, label="tools")

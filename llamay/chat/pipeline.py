@@ -1,32 +1,43 @@
 """The one chat pipeline: every front end (the OpenAI, Anthropic and Ollama routes,
-`llamay run`, contexts, the Python library) goes prompt -> `start` -> events or
-`collect`, and renders what comes out in its own shapes.
+`llamay run`, the Python library) parses its request into a `Job`, then `prepare`
+(chat/prepare.py) -> `run` -> a `Generation`, which the driver here feeds to that front
+end's `Renderer` for a streamed or a whole answer.
 
-`start` compiles the constraint for the model's vocabulary (a grammar the model cannot
-follow is a 400 before anything is queued), aligns a session's prompt with what its
-context holds, clamps `max_tokens` (`flow.output_limit`) and submits one engine request
-per choice, all or none. A `Generation` then yields typed steps (`Delta`, `Done`) or
-collects whole `Choice`s; an engine failure is raised as one error type (`LlamayError`).
+`run` submits a prepared job's prompts to the model's engine, `n` choices each, all or
+none: a session's prompt aligned with what its context holds, `max_tokens` clamped to
+the room the context leaves (`flow.output_limit`). A `Generation` then yields typed steps
+(`Delta`, `Done`) or collects whole `Choice`s; an engine failure is raised as one error
+type (`LlamayError`). `start` / `start_batch` do the same for a `Prompt` built by hand
+(compiling its constraint first).
+
+A renderer is a plain object with four methods, each returning the frames (SSE or NDJSON
+bytes, the library's chunks, ...) that one moment makes: `start(gen)` (the generation was
+submitted; its number of choices is known), `delta(step)` (one token made something
+visible in one choice), `done(step)` (one choice ended; after the last one, whatever
+closes the answer too) and `error(exc)` (the generation failed after the answer began).
+A renderer built for a whole answer returns no frames until the last `done`, which
+returns exactly one: the body. `Frames` streams; `answer` returns the body. Both close
+the generation however they end (which aborts its engine requests and frees their KV).
 Nothing here knows an HTTP shape.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from ..auth import CURRENT_NAMESPACE
+from ..auth import CURRENT_NAMESPACE, CURRENT_PRINCIPAL
 from ..engine.client import EventStream, merge, submit_all
 from ..engine.request import ConstraintPlan, GenerateRequest, SessionSpec
-from ..errors import Conflict, EngineError, InvalidRequest, LlamayError
-from ..grammar import Grammar
+from ..errors import EngineError, InternalError, InvalidRequest, LlamayError
 from ..grammar.report import check
 from ..kv.pool import SHARED
 from ..types import ErrorEvent, FinishEvent, SamplingParams, StopSpec, TokenEvent, Usage
-from .defaults import sampling_defaults
-from .flow import ChatOptions, ChatSetup, Piece, output_limit, prepare_chat
+from .flow import ChatSetup, Piece, output_limit
+from .prepare import Knobs, Prepared, Prompt, align_prompt, chat_prompt, sampling_defaults, text_prompt
 from .tools import ToolCall
 
 if TYPE_CHECKING:
@@ -35,6 +46,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Prompt",
     "RunSpec",
+    "run_spec",
+    "Prepared",
     "Held",
     "NewContext",
     "Choice",
@@ -43,51 +56,22 @@ __all__ = [
     "Generation",
     "chat_prompt",
     "text_prompt",
+    "run",
     "start",
     "start_batch",
     "align_prompt",
     "compile_plan",
     "engine_failure",
     "sampling_defaults",
+    "Renderer",
+    "Frames",
+    "answer",
 ]
 
-
-@dataclass
-class Prompt:
-    """What to generate from: the tokens, their text (None when built from tokens), the
-    chat setup that splits the reply (None: plain text, all content), the constraint plan
-    and the caller's grammar (to check what the plan could not enforce)."""
-
-    tokens: list[int]
-    text: str | None = None
-    setup: ChatSetup | None = None
-    plan: ConstraintPlan | None = None
-    grammar: Grammar | None = None
-
-
-def chat_prompt(lm: LoadedModel, opts: ChatOptions, prefill: str = "") -> Prompt:
-    """Messages rendered through the model's template; `prefill` is text the reply continues."""
-    setup = prepare_chat(lm, opts)
-    if prefill:
-        setup.text += prefill
-        setup.tokens = lm.model.tokenize(setup.text, add_special=True, parse_special=True)
-    return Prompt(setup.tokens, setup.text, setup, setup.plan, opts.grammar)
-
-
-def text_prompt(
-    lm: LoadedModel,
-    text: str,
-    grammar: Grammar | None = None,
-    *,
-    prefix: list[int] | None = None,
-    special: bool = True,
-) -> Prompt:
-    """Plain text, no template: special tokens written in it are parsed unless `special`
-    is False. After `prefix` (tokens of an earlier turn) the text gets no BOS of its own."""
-    head = list(prefix or [])
-    tokens = head + lm.model.tokenize(text, add_special=not head, parse_special=special)
-    plan = ConstraintPlan(grammar, label="json") if grammar is not None else None
-    return Prompt(tokens, None if head else text, None, plan, grammar)
+F = TypeVar("F")
+F_co = TypeVar("F_co", covariant=True)
+log = logging.getLogger("llamay.chat")
+Settle = Callable[["Choice"], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -110,6 +94,25 @@ class RunSpec:
     score_from: int = 1
     default_max: int = 2048
     namespace: str | None = None
+
+
+def run_spec(knobs: Knobs, n_ctx: int, default_max: int) -> RunSpec:
+    """How to run `knobs` on a model whose context holds `n_ctx` tokens, `default_max`
+    being the server's limit for constrained output that sets none."""
+    sampling = knobs.sampling
+    if knobs.whole_context_repeat:
+        sampling = replace(sampling, repeat_last_n=n_ctx)
+    return RunSpec(
+        sampling=sampling,
+        max_tokens=knobs.max_tokens,
+        stop=knobs.stop,
+        n=knobs.n,
+        repetition=knobs.repetition,
+        cache_prompt=knobs.cache_prompt,
+        keep_tokens=knobs.keep_tokens,
+        prompt_logprobs=knobs.prompt_logprobs,
+        default_max=default_max,
+    )
 
 
 @dataclass(frozen=True)
@@ -308,6 +311,21 @@ async def compile_plan(lm: LoadedModel, plan: ConstraintPlan | None) -> None:
         await asyncio.to_thread(lambda: model.compile_cache.get(grammar))
 
 
+def run(ready: Prepared, *, held: Held | None = None, new_context: NewContext | None = None) -> Generation:
+    """Submit a prepared job: `n` choices of every prompt, all or none. With `held` (one
+    prompt only), the prompt must start with what that reserved context holds (409 if it
+    diverges) and the context holds prompt + reply afterwards. With `new_context`, the
+    prompt becomes a new context."""
+    lm, prompts = ready.lm, ready.prompts
+    spec = run_spec(ready.knobs, lm.engine.n_ctx, ready.default_max)
+    if held is not None:
+        if len(prompts) != 1:
+            raise InvalidRequest("a session takes one prompt per request", param="prompt")
+        (prompt,) = prompts
+        prompts = [replace(prompt, tokens=align_prompt(lm, held.tokens, prompt.tokens, prompt.text))]
+    return _submit(lm, prompts, spec, held, new_context)
+
+
 async def start(
     lm: LoadedModel,
     prompt: Prompt,
@@ -316,10 +334,7 @@ async def start(
     held: Held | None = None,
     new_context: NewContext | None = None,
 ) -> Generation:
-    """Submit `spec.n` choices of `prompt` to the model's engine, all or none. With
-    `held`, the prompt must start with what that reserved context holds (409 if it
-    diverges) and the context holds prompt + reply afterwards. With `new_context`, the
-    prompt becomes a new context."""
+    """`run` for a prompt built by hand: its constraint compiled first (see compile_plan)."""
     if held is not None:
         prompt = replace(prompt, tokens=align_prompt(lm, held.tokens, prompt.tokens, prompt.text))
     return await start_batch(lm, [prompt], spec, held=held, new_context=new_context)
@@ -334,9 +349,20 @@ async def start_batch(
     new_context: NewContext | None = None,
 ) -> Generation:
     """Submit `spec.n` choices of every prompt at once (they share decode steps), all or
-    none; more than the engine's queue holds is a 400, since no retry could cure it."""
+    none, their constraints compiled first."""
     for prompt in prompts:
         await compile_plan(lm, prompt.plan)
+    return _submit(lm, prompts, spec, held, new_context)
+
+
+def _submit(
+    lm: LoadedModel,
+    prompts: list[Prompt],
+    spec: RunSpec,
+    held: Held | None,
+    new_context: NewContext | None,
+) -> Generation:
+    """More than the engine's queue holds is a 400, since no retry could cure it."""
     session = None
     if held is not None:
         session = SessionSpec(context_id=held.context_id)
@@ -382,28 +408,104 @@ def requests_for(
                 prompt_logprobs=spec.prompt_logprobs,
                 score_from=spec.score_from,
                 namespace=spec.namespace or "",
+                tenant=CURRENT_PRINCIPAL.get().tenant,
+                weight=CURRENT_PRINCIPAL.get().weight,
             )
         )
     return out
 
 
-def align_prompt(lm: LoadedModel, held: list[int], tokens: list[int], text: str | None) -> list[int]:
-    """The prompt as tokens that start with exactly `held`. A prompt whose text starts with
-    the held text but tokenizes differently at the seam keeps the held tokens and
-    tokenizes only the rest; a prompt that really differs is a 409 saying where."""
-    if tokens[: len(held)] == held and len(tokens) > len(held):
-        return tokens
-    if text is not None:
-        held_text = lm.model.detokenize(held)
-        if text.startswith(held_text) and len(text) > len(held_text):
-            return held + lm.model.tokenize(text[len(held_text) :], add_special=False, parse_special=True)
-    at = next(
-        (i for i, (a, b) in enumerate(zip(held, tokens, strict=False)) if a != b), min(len(held), len(tokens))
-    )
-    if at >= len(held):
-        raise InvalidRequest("the prompt adds nothing to what the context holds", param="llamay_session")
-    shown = lm.model.detokenize(held[max(0, at - 8) : at + 8])
-    raise Conflict(
-        f"the prompt diverges from the context at token {at} of {len(held)} (near {shown!r}); "
-        "a session's prompt must start with exactly what the context holds"
-    )
+class Renderer(Protocol[F_co]):
+    """A front end's answer, made from the pipeline's steps (see the module's docstring)."""
+
+    def start(self, gen: Generation) -> Sequence[F_co]: ...
+
+    def delta(self, step: Delta) -> Sequence[F_co]: ...
+
+    def done(self, step: Done) -> Sequence[F_co]: ...
+
+    def error(self, exc: LlamayError) -> Sequence[F_co]: ...
+
+
+class Frames(Generic[F]):
+    """The frames of a streamed answer: the renderer's start, its frames for each step,
+    and on a failure its error frames (an unexpected exception is logged and reported as
+    an internal error). `settle` is awaited after each choice's `done` and before its
+    frames go out (to store what the answer made first); `cleanup` runs when the stream
+    ends. Closing it, even before its first frame, closes the generation."""
+
+    def __init__(
+        self,
+        gen: Generation,
+        renderer: Renderer[F],
+        *,
+        settle: Settle | None = None,
+        cleanup: Callable[[], None] | None = None,
+    ) -> None:
+        self._gen = gen
+        self._cleanup = cleanup
+        self._closed = False
+        self._it = self._frames(renderer, settle)
+
+    def __aiter__(self) -> AsyncIterator[F]:
+        # The generator itself: iterating costs nothing of ours per frame. (Once only.)
+        return self._it
+
+    async def aclose(self) -> None:
+        try:
+            await self._it.aclose()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._gen.close()
+        if self._cleanup is not None:
+            self._cleanup()
+
+    async def _frames(self, r: Renderer[F], settle: Settle | None) -> AsyncGenerator[F, None]:
+        gen = self._gen
+        try:
+            for frame in r.start(gen):
+                yield frame
+            async for step in gen:
+                if isinstance(step, Delta):
+                    for frame in r.delta(step):
+                        yield frame
+                    continue
+                frames = r.done(step)
+                if settle is not None:
+                    await settle(step.choice)
+                for frame in frames:
+                    yield frame
+        except LlamayError as exc:
+            for frame in r.error(exc):
+                yield frame
+        except Exception as exc:
+            log.exception("a streamed answer failed")
+            for frame in r.error(InternalError.of(exc)):
+                yield frame
+        finally:
+            self._close()
+
+
+async def answer(gen: Generation, r: Renderer[F], *, settle: Settle | None = None) -> F:
+    """The whole answer: every step through `r` (built for a whole answer), then the one
+    frame its last `done` returned. A failure is raised (LlamayError)."""
+    last: Sequence[F] = ()
+    try:
+        r.start(gen)
+        async for step in gen:
+            if isinstance(step, Delta):
+                r.delta(step)
+                continue
+            last = r.done(step)
+            if settle is not None:
+                await settle(step.choice)
+    finally:
+        gen.close()
+    if len(last) != 1:  # pragma: no cover - merge ends after every finish
+        raise EngineError("generation ended without a finish event")
+    return last[0]

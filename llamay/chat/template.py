@@ -4,10 +4,17 @@ a model's `tokenizer.chat_template` (Jinja2).
 Templates get the same environment as HF's `apply_chat_template`: a Jinja2
 `ImmutableSandboxedEnvironment` with `trim_blocks`/`lstrip_blocks`, the `loopcontrols`
 extension (`{% break %}`, `{% continue %}`), a no-op `{% generation %}` block, the globals
-`raise_exception(msg)` and `strftime_now(fmt)`, a `tojson` filter that does not HTML-escape
-and takes `indent`/`separators`/`sort_keys`/`ensure_ascii` (default False), and the variables
+`raise_exception(msg)` and `strftime_now(fmt)`, a `tojson` filter that does not HTML-escape,
+takes `indent`/`separators`/`sort_keys`/`ensure_ascii` (default False) and writes what a
+filter chain yields (`tools | map(attribute='function') | tojson`) as a list, and the variables
 `messages`, `add_generation_prompt`, `tools` (None when absent), `documents` (None),
 `bos_token`, `eos_token` plus any extra keyword (`enable_thinking`, ...).
+
+The sandbox is HF's (no attribute starting with an underscore, no mutation of the values a
+template is given) but for `append`, `extend`, `insert` and `pop` on a list the template
+made itself, which templates use to keep a queue (Kimi K2's queue of call ids), as
+llama.cpp's renderer allows. The lists a render is given (messages, tools, every list
+inside them) stay immutable: a template cannot change a request's tool specs or a probe's.
 
 Every failure while rendering is the caller's messages meeting the model's template, so it
 becomes `InvalidRequest` (HTTP 400), never a 500. A template that does not compile is a
@@ -24,12 +31,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from jinja2 import TemplateError, TemplateSyntaxError, meta, nodes
+from jinja2 import TemplateError, TemplateSyntaxError, Undefined, meta, nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
@@ -67,6 +74,8 @@ MAX_RENDER_CHARS = 4_000_000
 RENDER_SECONDS = 10.0
 # The deadline of the render running on this thread (renders run on many threads at once).
 _deadline = threading.local()
+# The ids of the lists the render running on this thread was given (see _Sandbox).
+_given = threading.local()
 
 
 class _OverBudget(Exception):
@@ -84,6 +93,9 @@ class _TemplateRaised(TemplateError):
     its message reaches the client verbatim."""
 
 
+_LIST_MUTATORS = frozenset({"append", "extend", "insert", "pop"})
+
+
 class _Sandbox(ImmutableSandboxedEnvironment):
     # Jinja's sandbox answers an unsafe attribute (`''.__class__`) with an Undefined that only
     # fails when used further, so `{{ x.__class__ }}` renders as "". Fail at the access
@@ -93,6 +105,11 @@ class _Sandbox(ImmutableSandboxedEnvironment):
 
     # Every attribute, item and call goes through these: a loop that emits nothing still
     # meets the deadline here.
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if attr in _LIST_MUTATORS and type(obj) is list:
+            return id(obj) not in getattr(_given, "lists", ())
+        return super().is_safe_attribute(obj, attr, value)
+
     def getattr(self, obj: Any, attribute: str) -> Any:
         _check_deadline()
         return super().getattr(obj, attribute)
@@ -137,8 +154,42 @@ def _tojson(
     # Jinja's own tojson HTML-escapes (<, >, &, ') and sorts keys; templates expect plain
     # json.dumps output, which is what HF substitutes.
     return json.dumps(
-        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+        value,
+        ensure_ascii=ensure_ascii,
+        indent=indent,
+        separators=separators,
+        sort_keys=sort_keys,
+        default=_jsonable,
     )
+
+
+def _jsonable(value: Any) -> Any:
+    """What json.dumps cannot write itself: a filter chain's generator (`map`, `select`)
+    or a mapping view is written as the list (or object) it yields, as minja does. An
+    undefined value stays an error (the `describe_tools` polyfill fills what it names)."""
+    if isinstance(value, Undefined):
+        raise TypeError("Object of type Undefined is not JSON serializable")
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, Iterable) and not isinstance(value, str | bytes):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _list_ids(values: Iterable[Any]) -> frozenset[int]:
+    """The ids of every list in `values` and in the lists, tuples and mappings inside them."""
+    lists: set[int] = set()
+    seen: set[int] = set()
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        if not isinstance(value, list | tuple | Mapping) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        if type(value) is list:
+            lists.add(id(value))
+        stack.extend(value.values() if isinstance(value, Mapping) else value)
+    return frozenset(lists)
 
 
 def _build_environment() -> _Sandbox:
@@ -166,6 +217,7 @@ class ChatTemplate:
             variables = frozenset(meta.find_undeclared_variables(env.parse(source)))
         except TemplateSyntaxError as e:
             raise ValueError(f"chat template does not compile (line {e.lineno}): {e.message}") from e
+        self._variables = variables
         self._typed_content = False
         self._needs = TemplateNeeds()
         self._typed_content = self._requires_typed_content()
@@ -190,6 +242,12 @@ class ChatTemplate:
     def needs(self) -> TemplateNeeds:
         """The polyfills this template gets (probed at construction; see `chat.polyfill`)."""
         return self._needs
+
+    @property
+    def variables(self) -> frozenset[str]:
+        """The names the template reads without defining them (`tools`, `enable_thinking`,
+        `reasoning_effort`, ...)."""
+        return self._variables
 
     @property
     def source(self) -> str:
@@ -230,7 +288,9 @@ class ChatTemplate:
         normalized = self._needs.apply(normalize_messages(messages))
         variables = {**self._needs.extra(tools), **extra}
         try:
-            return self._render(self._typed(normalized), add_generation_prompt, self._needs.tools(tools), variables)
+            return self._render(
+                self._typed(normalized), add_generation_prompt, self._needs.tools(tools), variables
+            )
         except LlamayError:
             raise
         except _TemplateRaised as e:
@@ -281,6 +341,8 @@ class ChatTemplate:
         size = 0
         outer = getattr(_deadline, "at", None)  # a probe render inside another keeps its deadline
         _deadline.at = time.monotonic() + RENDER_SECONDS if outer is None else outer
+        outer_lists: frozenset[int] = getattr(_given, "lists", frozenset())
+        _given.lists = outer_lists | _list_ids(variables.values())
         try:
             for piece in self._template.generate(variables):
                 size += len(piece)
@@ -293,18 +355,24 @@ class ChatTemplate:
                 out.append(piece)
         finally:
             _deadline.at = outer
+            _given.lists = outer_lists
         return "".join(out)
 
     def _typed(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not self._typed_content:
             return messages
         return [
-            {**m, "content": [{"type": "text", "text": m["content"]}]} if isinstance(m.get("content"), str) else m
+            {**m, "content": [{"type": "text", "text": m["content"]}]}
+            if isinstance(m.get("content"), str)
+            else m
             for m in messages
         ]
 
     def _probe(
-        self, messages: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]] | None, extra: Mapping[str, Any]
+        self,
+        messages: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        extra: Mapping[str, Any],
     ) -> str:
         return self._render(self._typed(messages), True, list(tools) if tools is not None else None, extra)
 
@@ -329,7 +397,8 @@ def normalize_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, 
       llama.cpp joins them (a "\\n" before each part once some text has accumulated);
     - content None, missing or an empty list becomes "" except for an assistant message
       with tool calls, where it stays None (OpenAI's shape, which templates check for);
-    - empty or null `tool_calls` are dropped (some templates reject an empty list);
+    - empty or null `tool_calls` are dropped (some templates reject an empty list), and so is
+      every other field whose value is null (`thinking`, `name`, ...), except `content`;
     - a tool call's `function.arguments` given as a JSON string encoding an object is parsed
       into a dict (HF templates `tojson` it); any other string is kept as it is;
     - image, audio and file parts raise `InvalidRequest`: models served here read text only.
@@ -345,7 +414,9 @@ def _normalize_message(index: int, message: Any) -> dict[str, Any]:
     where = f"messages[{index}]"
     if not isinstance(message, Mapping):
         raise InvalidRequest(f"{where} must be an object", param=where)
-    out = dict(message)
+    # A null field is an absent one in the OpenAI API; templates test presence (gpt-oss's
+    # `"thinking" in message` then reads it as text), so only `content` keeps its null.
+    out = {k: v for k, v in message.items() if v is not None or k == "content"}
     if not isinstance(out.get("role"), str):
         raise InvalidRequest(f"{where}.role must be a string", param=f"{where}.role")
 
@@ -412,6 +483,10 @@ def _normalize_tool_call(where: str, call: Any) -> Any:
                 parsed = json.loads(arguments)
             except ValueError:
                 parsed = None
+            except RecursionError as e:
+                raise InvalidRequest(
+                    f"{where}.function.arguments nests too deeply", param=f"{where}.function.arguments"
+                ) from e
             if isinstance(parsed, dict):
                 function["arguments"] = parsed
         out["function"] = function

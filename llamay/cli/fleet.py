@@ -10,36 +10,20 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from .common import fail, flag
+from .serve import add_server_flags, config_from_args
 
-__all__ = ["add_parser", "serve_argv"]
+if TYPE_CHECKING:
+    from ..config import ServerConfig
+    from ..fleet.spec import FleetSpec
+
+__all__ = ["add_parser", "fleet_spec"]
 
 DEFAULT_URL = "http://localhost:11435"
-# serve flags the fleet sets itself, or that mean something else for a fleet
-_OWN = {"model", "addr", "keys", "help", "log_level"}
-
-
-def _serve_actions() -> list[argparse.Action]:
-    from . import serve
-
-    scratch = argparse.ArgumentParser(add_help=False)
-    serve.add_parser(scratch.add_subparsers())
-    sub = next(a for a in scratch._actions if isinstance(a, argparse._SubParsersAction))
-    return [a for a in sub.choices["serve"]._actions if a.dest not in _OWN]
-
-
-def serve_argv(args: argparse.Namespace) -> tuple[str, ...]:
-    """The serve flags given to `fleet up`, as argv for each replica's `serve` parser."""
-    out: list[str] = []
-    for action in _serve_actions():
-        value = getattr(args, action.dest, action.default)
-        if value != action.default and value is not None:
-            out += [action.option_strings[-1], str(value)]
-    return tuple(out)
 
 
 def add_parser(sub: Any) -> None:
@@ -52,9 +36,6 @@ def add_parser(sub: Any) -> None:
     verbs = p.add_subparsers(dest="fleet_verb", metavar="VERB", required=True)
     up = verbs.add_parser("up", help="start the fleet (stays in the foreground)", allow_abbrev=False)
     flag(up, "replicas", type=int, default=2, help="replicas to start (default 2)")
-    flag(up, "model", "-m", default=None, help="model name or .gguf path (default: smollm2:135m)")
-    flag(up, "addr", default="localhost:11435", help="HOST:PORT of the fleet's HTTP endpoint")
-    flag(up, "keys", type=Path, default=None, help="API keys file, used by every replica (and /v1/fleet)")
     flag(up, "state", type=Path, default=None,
          help="directory for replica homes and context checkpoints (shared storage across nodes); "
               "with it, a dead replica's contexts are restored on another")  # fmt: skip
@@ -68,9 +49,10 @@ def add_parser(sub: Any) -> None:
     flag(up, "router", default="llamay", choices=["llamay", "ray"],
          help="llamay (context, prefix and model affinity) or ray (Ray Serve's default)")  # fmt: skip
     flag(up, "ray-cpus", dest="ray_cpus", type=int, default=None, help="CPUs of a local Ray cluster")
-    flag(up, "log-level", dest="log_level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
-    for action in _serve_actions():  # every other serve flag, passed on to each replica
-        up._add_action(action)
+    # Every serve flag: each replica builds the ServerConfig they make (see fleet_spec).
+    add_server_flags(up, {"model": "model name or .gguf path (default: smollm2:135m)",
+                          "addr": "HOST:PORT of the fleet's HTTP endpoint",
+                          "keys": "API keys file, used by every replica (and /v1/fleet)"})  # fmt: skip
     up.set_defaults(func=run_up)
 
     def remote(name: str, help_: str) -> argparse.ArgumentParser:
@@ -139,42 +121,56 @@ def run_down(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_up(args: argparse.Namespace) -> int:
+def fleet_spec(args: argparse.Namespace, config: ServerConfig | None = None) -> FleetSpec:
+    """The fleet `fleet up`'s flags describe: the serve flags as the `ServerConfig` every
+    replica builds (shipped as it is, never as a command line), the -m model resolved once
+    here (replicas need no model store of their own to find it). ConfigError naming the
+    flag for a bad value. `config`: the serve flags' config, when parsed already."""
+    from ..config import ConfigError
+    from ..fleet.spec import FleetSpec
     from .common import resolve_model
-    from .logs import setup_logging
-    from .serve import parse_addr
 
-    setup_logging(args.log_level)
+    config = config or config_from_args(args)
+    if args.replicas < 1:
+        raise ConfigError("-replicas must be at least 1")
+    name, path, sha = resolve_model(config.model)
+    if args.state:
+        args.state.mkdir(parents=True, exist_ok=True)
+    return FleetSpec(
+        model=(name, str(path.resolve()), sha),
+        server=config,
+        host=config.host,
+        port=config.port,
+        replicas=args.replicas,
+        cpus_per_replica=args.cpus_per_replica,
+        state_dir=str(args.state.resolve()) if args.state else None,
+        router=args.router,
+        min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas,
+        target_ongoing=args.target_ongoing,
+    )
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from .logs import setup_logging
+
+    try:
+        config = config_from_args(args)
+    except Exception as exc:
+        return fail(exc)
+    setup_logging(config.log_level)
     try:
         from ..fleet.app import run_fleet, start_ray
-        from ..fleet.spec import FleetSpec
     except ImportError as exc:
         return fail(RuntimeError(f"the fleet needs Ray Serve: pip install 'llamay[fleet]' ({exc})"))
     try:
-        host, port = parse_addr(args.addr)
-        if args.replicas < 1:
-            raise ValueError("-replicas must be at least 1")
-        name, path, sha = resolve_model(args.model)
-        if args.state:
-            args.state.mkdir(parents=True, exist_ok=True)
-        spec = FleetSpec(
-            model=(name, str(path.resolve()), sha),
-            serve_argv=serve_argv(args),
-            host=host,
-            port=port,
-            replicas=args.replicas,
-            cpus_per_replica=args.cpus_per_replica,
-            keys=str(args.keys.resolve()) if args.keys else None,
-            state_dir=str(args.state.resolve()) if args.state else None,
-            router=args.router,
-            min_replicas=args.min_replicas,
-            max_replicas=args.max_replicas,
-            target_ongoing=args.target_ongoing,
-        )
+        spec = fleet_spec(args, config)
     except Exception as exc:
         return fail(exc)
-    env = {k: os.environ[k] for k in ("LLAMAY_API_KEY", "LLAMAY_HOME") if k in os.environ}
+    # The store's home reaches every worker (the keys travel in the spec's config).
+    env = {k: os.environ[k] for k in ("LLAMAY_HOME",) if k in os.environ}
     start_ray(num_cpus=args.ray_cpus, env=env)
+    name, host, port = spec.model[0], spec.host, spec.port
 
     def ready() -> None:
         print(f"llamay fleet: {args.replicas} replicas of {name} at http://{host}:{port} "

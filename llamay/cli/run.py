@@ -9,9 +9,9 @@ import argparse
 import asyncio
 import json
 import sys
-from dataclasses import replace
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..types import FinishEvent, SamplingParams
 from .common import fail, flag, resolve_model
@@ -78,15 +78,16 @@ def mask_line(label: str, steps: int, mask_ms: float, decode_ms: float) -> str:
     return f"{label} mask: {steps} steps, {each:.2f} ms each, {share:.1f}% of decode"
 
 
-def print_stats(ev: FinishEvent, plan: Any) -> None:
+def print_stats(ev: FinishEvent, label: str | None) -> None:
+    """The stats line, and with a constraint (`label` names it) the mask's cost."""
     x = ev.extra
     u = ev.usage
     print(
         stats_line(u.prompt_tokens, x["prompt_ms"], u.completion_tokens, x["generate_ms"], ev.reason),
         file=sys.stderr,
     )
-    if plan is not None:
-        print(mask_line(plan.label, x["mask_steps"], x["mask_ms"], x["decode_ms"]), file=sys.stderr)
+    if label is not None:
+        print(mask_line(label, x["mask_steps"], x["mask_ms"], x["decode_ms"]), file=sys.stderr)
     if ev.message:
         print(f"note: {ev.message}", file=sys.stderr)
 
@@ -122,16 +123,19 @@ def run_run(args: argparse.Namespace) -> int:
     for name, default in (("n", 256), ("temp", 0.8), ("top_k", 40), ("top_p", 0.95)):
         if getattr(args, name) is None:
             setattr(args, name, default)
-    from ..runtime import RuntimeConfig, load_model
+    from ..runtime import Runtime, RuntimeConfig, load_model
 
     try:
         constrained = grammar_of(args)
         name, path, sha = resolve_model(args.model)
-        loaded = load_model(name, path, RuntimeConfig(ctx=args.ctx, threads=args.threads, concurrency=1), sha)
+        config = RuntimeConfig(ctx=args.ctx, threads=args.threads, concurrency=1)
+        loaded = load_model(name, path, config, sha)
     except Exception as exc:
         return fail(exc)
     try:
-        asyncio.run(_generate(args, loaded, constrained))
+        runtime = Runtime(config)
+        runtime.add(loaded, default=True)
+        asyncio.run(_generate(args, runtime, constrained))
     except Exception as exc:
         return fail(exc)
     finally:
@@ -139,32 +143,52 @@ def run_run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _generate(args: argparse.Namespace, loaded: Any, constrained: tuple[str, Any] | None) -> None:
-    """One generation through the chat pipeline, printed as it streams."""
+class _Printed:
+    """The pipeline's steps (see chat/pipeline.py) as the text to print: reasoning and
+    content as they come, a newline at the end; `finish` is the end's event."""
+
+    def __init__(self) -> None:
+        self.finish: FinishEvent | None = None
+
+    def start(self, gen: Any) -> Sequence[str]:
+        return ()
+
+    def delta(self, step: Any) -> Sequence[str]:
+        return ["".join(p.text for p in step.pieces if p.kind in ("content", "reasoning"))]
+
+    def done(self, step: Any) -> Sequence[str]:
+        self.finish = step.choice.finish
+        return [*self.delta(step), "\n"]
+
+    def error(self, exc: Exception) -> NoReturn:
+        raise exc
+
+
+async def _generate(args: argparse.Namespace, runtime: Any, constrained: tuple[str, Any] | None) -> None:
+    """One generation through the chat pipeline, printed as it streams. The options are
+    the command's own: the model's defaults apply to none of them."""
     from ..chat.flow import ChatOptions
-    from ..chat.pipeline import Done, RunSpec, chat_prompt, start, text_prompt
+    from ..chat.pipeline import Frames, run
+    from ..chat.prepare import ChatInput, Input, Job, Knobs, ModelRef, TextInput, prepare
+    from ..types import DEFAULTABLE
 
     grammar = constrained[1] if constrained else None
+    prompt: Input
     if args.chat:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
             {"role": "user", "content": args.prompt}
         ]
-        prompt = chat_prompt(loaded, ChatOptions(messages=messages, grammar=grammar))
+        prompt = ChatInput(ChatOptions(messages=messages, grammar=grammar))
     else:
-        prompt = text_prompt(loaded, args.prompt, grammar, special=False)
-    if prompt.plan is not None:
-        prompt.plan = replace(prompt.plan, label=constrained[0] if constrained else "json")
-        _ = loaded.model.ll_tokenizer  # built once, outside the timed generation
+        prompt = TextInput(args.prompt, grammar, special=False)
     sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-    spec = RunSpec(sampling=sampling.validate(), max_tokens=args.n)
-    gen = await start(loaded, prompt, spec)
-    try:
-        async for step in gen:
-            sys.stdout.write("".join(p.text for p in step.pieces if p.kind in ("content", "reasoning")))
-            sys.stdout.flush()
-            if isinstance(step, Done):
-                sys.stdout.write("\n")
-                sys.stdout.flush()
-                print_stats(step.choice.finish, prompt.plan)
-    finally:
-        gen.close()
+    knobs = Knobs(sampling.validate(), DEFAULTABLE, max_tokens=args.n)
+    # Preparing compiles the constraint (and builds the tokenizer it needs) before the timed run.
+    ready = await prepare(runtime, Job(ModelRef(), (prompt,), knobs))
+    printed = _Printed()
+    async for text in Frames(run(ready), printed):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    if printed.finish is not None:
+        label = (constrained[0] if constrained else "json") if ready.prompts[0].plan is not None else None
+        print_stats(printed.finish, label)

@@ -1,4 +1,6 @@
-"""`llamay serve`: load a model and serve the HTTP APIs."""
+"""`llamay serve`: parse the flags and environment into a `ServerConfig`, build the server
+from it (`server.build_server`), serve it. This module only parses: what a flag means is
+the config's field; its default is the config's default."""
 
 from __future__ import annotations
 
@@ -6,16 +8,30 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .common import fail, flag, human_bytes, human_count, resolve_model
+from ..config import (
+    ENV_ADMISSION,
+    ENV_API_KEY,
+    ENV_FINISH_TOOL,
+    ENV_SNAPSHOT_KEY,
+    KV_TYPES,
+    ConfigError,
+    RuntimeConfig,
+    ServerConfig,
+    ServerLimits,
+    check_sampling,
+)
+from .common import fail, flag, human_bytes, human_count
 from .logs import kv, setup_logging
 
-__all__ = ["add_parser", "build_server", "parse_addr", "parse_duration"]
+__all__ = ["add_parser", "add_server_flags", "config_from_args", "parse_addr", "parse_duration"]
 
 log = logging.getLogger("llamay.cli")
-DEFAULT_ADDR = "localhost:11435"
+DEFAULT = ServerConfig()
+DEFAULT_ADDR = DEFAULT.addr
 
 
 # Server-wide sampling defaults, named as llama-server names them.
@@ -35,143 +51,90 @@ def add_parser(sub: Any) -> None:
         allow_abbrev=False,
         description="Load a model and serve the OpenAI-compatible HTTP API.",
     )
-    flag(p, "model", "-m", default=None, help="model name or path to a .gguf file (default: smollm2:135m)")
-    flag(p, "addr", default=DEFAULT_ADDR, help=f"HOST:PORT to listen on (default {DEFAULT_ADDR})")
-    flag(p, "concurrency", type=int, default=8, help="requests generated at once (default 8)")
-    flag(
-        p,
-        "queue",
-        type=int,
-        default=64,
-        help="requests that may wait beyond those; more get 503 (default 64)",
-    )
-    flag(
-        p,
-        "ctx",
-        type=int,
-        default=0,
-        help="context size in tokens, shared by running requests (default: the model's, at most 8192)",
-    )
-    flag(p, "batch", type=int, default=512, help="tokens per decode step (default 512)")
-    flag(
-        p,
-        "max-tokens",
-        dest="max_tokens",
-        type=int,
-        default=2048,
+    add_server_flags(p)
+    p.set_defaults(func=run_serve)
+
+
+def add_server_flags(p: argparse.ArgumentParser, help_for: Mapping[str, str] | None = None) -> None:
+    """Every `llamay serve` flag, each with one dash or two (`llamay fleet up` takes them
+    too). `help_for`: other help texts, by flag name. `config_from_args` reads them."""
+    d, rc, limits = DEFAULT, DEFAULT.runtime, DEFAULT.limits
+    own = dict(help_for or {})
+
+    def add(name: str, *short: str, help: str, **kw: Any) -> None:
+        flag(p, name, *short, help=own.pop(name, help), **kw)
+
+    add("model", "-m", default=None, help="model name or path to a .gguf file (default: smollm2:135m)")
+    add("addr", default=DEFAULT_ADDR, help=f"HOST:PORT to listen on (default {DEFAULT_ADDR})")
+    add("concurrency", type=int, default=rc.concurrency,
+        help=f"requests generated at once (default {rc.concurrency})")  # fmt: skip
+    add("queue", type=int, default=rc.max_queue,
+        help="sequences each principal may have waiting beyond those (every prompt and choice is one); "
+        f"more get 429, or 503 without keys (default {rc.max_queue})")  # fmt: skip
+    add("admission", default=os.environ.get(ENV_ADMISSION, rc.admission),
+        help="fair: with API keys, waiting sequences start by principal, the least served (by "
+        "tokens, over its key's weight) first; fcfs: one queue, first come first served "
+        f"(default {rc.admission}; ${ENV_ADMISSION})")  # fmt: skip
+    add("ctx", type=int, default=rc.ctx,
+        help="context size in tokens, shared by running requests (default: the model's, at most 8192)")  # fmt: skip
+    add("batch", type=int, default=rc.batch, help=f"tokens per decode step (default {rc.batch})")
+    add("max-tokens", dest="max_tokens", type=int, default=rc.max_tokens,
         help="limit for constrained output (schema, grammar, tools) when a request sets none and the "
-        "schema does not bound it (default 2048)",
-    )
-    flag(
-        p,
-        "finish-tool",
-        dest="finish_tool",
-        default=os.environ.get("LLAMAY_FINISH_TOOL", "off"),
+        f"schema does not bound it (default {rc.max_tokens})")  # fmt: skip
+    add("finish-tool", dest="finish_tool", default=os.environ.get(ENV_FINISH_TOOL, rc.finish_tool),
         help='"auto" adds a finish tool to chat requests with tool_choice "required" that do not set '
         "finish_tool, so the model may end an agent loop without a call; off (the default): only "
-        "requests that ask get it ($LLAMAY_FINISH_TOOL)",
-    )
-    flag(
-        p,
-        "reasoning-budget",
-        dest="reasoning_budget",
-        type=int,
-        default=None,
+        f"requests that ask get it (${ENV_FINISH_TOOL})")  # fmt: skip
+    add("reasoning-budget", dest="reasoning_budget", type=int, default=rc.reasoning_budget,
         help="thinking tokens a reasoning model may spend when a request sets no budget; then the "
-        "server closes its think block and it answers (default: unbounded)",
-    )
-    flag(p, "threads", type=int, default=0, help="CPU threads (default: all cores)")
+        "server closes its think block and it answers (default: unbounded)")  # fmt: skip
+    add("threads", type=int, default=rc.threads, help="CPU threads (default: all cores)")
     for name, kind, field in _SAMPLING_FLAGS:
-        flag(
-            p,
-            name,
-            dest=field,
-            type=kind,
-            default=None,
-            help=f"default {field} for requests that set none (over the model's GGUF defaults)",
-        )
-    flag(p, "kv", default="f16", choices=["f16", "f32", "q8_0"], help="KV cache type (default f16)")
-    flag(
-        p,
-        "flash-attn",
-        dest="flash_attn",
-        default="on",
-        choices=["on", "off"],
-        help="flash attention: each sequence attends to its own KV cells only (default on)",
-    )
-    flag(
-        p,
-        "cache-ram",
-        dest="cache_ram",
-        type=int,
-        default=512,
-        help="MiB of RAM per model for cached prefixes moved out of the KV cache; 0: none (default 512)",
-    )
-    flag(
-        p,
-        "chat-template",
-        dest="chat_template",
-        type=Path,
-        default=None,
-        help="a Jinja chat template file that overrides the model's own",
-    )
-    flag(p, "embed", default=None, help="an embedding model to load beside the chat model (e.g. all-minilm)")
-    flag(p, "rerank", default=None, help="a cross-encoder (rank pooling GGUF) for /v1/rerank and retrieval")
-    flag(
-        p,
-        "index",
-        type=Path,
-        default=None,
-        help="an index built by `llamay index build`, served at /v1/retrieve",
-    )
-    flag(
-        p,
-        "max-loaded",
-        dest="max_loaded",
-        type=int,
-        default=2,
-        help="models held in memory at once (default 2)",
-    )
-    flag(
-        p,
-        "keepalive",
-        type=parse_duration,
-        default=300.0,
-        help="how long an idle model stays loaded: 30s, 5m, 1h; negative keeps it (default 5m; the -m model stays)",
-    )
-    flag(
-        p,
-        "keys",
-        type=Path,
-        default=None,
-        help='API keys file: {"keys": [{"key", "principal", "groups", "role"}]} (LLAMAY_API_KEY adds one admin key)',
-    )
-    flag(
-        p,
-        "max-connections",
-        dest="max_connections",
-        type=int,
-        default=256,
-        help="open connections before new requests get 503 (default 256)",
-    )
-    flag(
-        p,
-        "header-timeout",
-        dest="header_timeout",
-        type=parse_duration,
-        default=10.0,
-        help="time a connection has to send a request's headers (default 10s)",
-    )
-    flag(
-        p,
-        "body-timeout",
-        dest="body_timeout",
-        type=parse_duration,
-        default=120.0,
-        help="time a request has to send its whole body, else 408 (default 2m)",
-    )
-    flag(p, "log-level", dest="log_level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
-    p.set_defaults(func=run_serve)
+        add(name, dest=field, type=kind, default=None,
+            help=f"default {field} for requests that set none (over the model's GGUF defaults)")  # fmt: skip
+    add("kv", default=rc.kv_type, choices=list(KV_TYPES), help=f"KV cache type (default {rc.kv_type})")
+    add("flash-attn", dest="flash_attn", default=_on_off(rc.flash_attn), choices=["on", "off"],
+        help="flash attention: each sequence attends to its own KV cells only "
+        f"(default {_on_off(rc.flash_attn)})")  # fmt: skip
+    add("cache-ram", dest="cache_ram", type=int, default=rc.cache_ram // 2**20,
+        help="MiB of RAM per model for cached prefixes moved out of the KV cache; 0: none "
+        f"(default {rc.cache_ram // 2**20})")  # fmt: skip
+    add("chat-template", dest="chat_template", type=Path, default=None,
+        help="a Jinja chat template file that overrides the model's own")  # fmt: skip
+    add("embed", default=None, help="an embedding model to load beside the chat model (e.g. all-minilm)")
+    add("rerank", default=None, help="a cross-encoder (rank pooling GGUF) for /v1/rerank and retrieval")
+    add("index", type=Path, default=None,
+        help="an index built by `llamay index build`, served at /v1/retrieve")  # fmt: skip
+    add("max-loaded", dest="max_loaded", type=int, default=d.max_loaded,
+        help=f"models held in memory at once (default {d.max_loaded})")  # fmt: skip
+    add("keepalive", type=parse_duration, default=d.keep_alive,
+        help="how long an idle model stays loaded: 30s, 5m, 1h; negative keeps it "
+        f"(default {_span(d.keep_alive)}; the -m model stays)")  # fmt: skip
+    add("keys", type=Path, default=None,
+        help='API keys file: {"keys": [{"key", "principal", "groups", "role", "weight", ...}]} '
+        f"({ENV_API_KEY} adds one admin key)")  # fmt: skip
+    add("max-connections", dest="max_connections", type=int, default=limits.max_connections,
+        help=f"open connections before new requests get 503 (default {limits.max_connections})")  # fmt: skip
+    add("header-timeout", dest="header_timeout", type=parse_duration, default=limits.header_timeout,
+        help=f"time a connection has to send a request's headers (default {_span(limits.header_timeout)})")  # fmt: skip
+    add("body-timeout", dest="body_timeout", type=parse_duration, default=limits.body_timeout,
+        help=f"time a request has to send its whole body, else 408 (default {_span(limits.body_timeout)})")  # fmt: skip
+    add("log-level", dest="log_level", default=d.log_level,
+        help=f"DEBUG, INFO, WARNING (default {d.log_level})")  # fmt: skip
+    if own:
+        raise ValueError(f"no such serve flag: {', '.join(own)}")
+
+
+def _on_off(value: bool) -> str:
+    return "on" if value else "off"
+
+
+def _span(seconds: float) -> str:
+    """A duration as parse_duration reads it: 1h, 5m, 10s."""
+    for suffix, scale in (("h", 3600), ("m", 60)):
+        if seconds >= scale and seconds % scale == 0:
+            return f"{seconds / scale:g}{suffix}"
+    return f"{seconds:g}s"
 
 
 def parse_duration(text: str) -> float:
@@ -189,8 +152,70 @@ def parse_duration(text: str) -> float:
 def parse_addr(addr: str) -> tuple[str, int]:
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit():
-        raise ValueError(f"-addr must be HOST:PORT, not {addr!r}")
+        raise ConfigError(f"-addr must be HOST:PORT, not {addr!r}")
     return (host or "localhost").strip("[]"), int(port)
+
+
+def sampling_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling flags that were given, as RuntimeConfig fields; ConfigError (a
+    ValueError) when one is out of the range every API accepts."""
+    given = {f: getattr(args, f) for _, _, f in _SAMPLING_FLAGS if getattr(args, f, None) is not None}
+    check_sampling(given)
+    return given
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """What the `serve` flags in `args` and the environment mean: $LLAMAY_API_KEY,
+    $LLAMAY_SNAPSHOT_KEY and $LLAMAY_HOME (where contexts are kept); $LLAMAY_FINISH_TOOL and
+    $LLAMAY_ADMISSION are -finish-tool's and -admission's defaults (read when the parser is made). Files named by flags are made absolute, so the config means the
+    same in another working directory (a fleet's replicas). ConfigError naming the flag
+    for a bad value."""
+    from ..store import llamay_home
+
+    env = os.environ
+    host, port = parse_addr(args.addr)
+    runtime = RuntimeConfig(
+        ctx=args.ctx,
+        batch=args.batch,
+        threads=args.threads,
+        concurrency=args.concurrency,
+        max_queue=args.queue,
+        kv_type=args.kv,
+        flash_attn=args.flash_attn == "on",
+        cache_ram=args.cache_ram * 2**20,
+        chat_template_file=_absolute(args.chat_template),
+        home=llamay_home(),
+        max_tokens=args.max_tokens,
+        reasoning_budget=args.reasoning_budget,
+        finish_tool=args.finish_tool,
+        admission=args.admission,
+        **sampling_flags(args),
+    )
+    limits = ServerLimits(
+        max_connections=args.max_connections,
+        header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
+    )
+    return ServerConfig(
+        model=args.model,
+        host=host,
+        port=port,
+        runtime=runtime,
+        limits=limits,
+        max_loaded=args.max_loaded,
+        keep_alive=args.keepalive,
+        embed=args.embed,
+        rerank=args.rerank,
+        index=_absolute(args.index),
+        keys=_absolute(args.keys),
+        api_key=env.get(ENV_API_KEY) or None,
+        snapshot_key=env.get(ENV_SNAPSHOT_KEY) or None,
+        log_level=args.log_level,
+    )
+
+
+def _absolute(path: Path | None) -> Path | None:
+    return path.expanduser().absolute() if path is not None else None
 
 
 def banner_table(base: str) -> str:
@@ -202,139 +227,30 @@ def banner_table(base: str) -> str:
     return "\n".join(lines)
 
 
-def load_extras(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
-    """Encoders (-embed, -rerank) and the retrieval index (-index), when asked for. An
-    index records the embedding model it was built with, which is the default -embed."""
-    index = None
-    embed = args.embed
-    if args.index:
-        from ..rag import open_index
-
-        index = open_index(args.index)
-        embed = embed or index.model_source
-        log.info("index opened", extra=kv(path=args.index))
-    encoders: dict[str, Any] = {}
-    if embed or args.rerank:
-        from ..embed import load_encoders
-
-        encoders = load_encoders(embed, args.rerank, threads=args.threads)
-        for kind, enc in encoders.items():
-            log.info("encoder loaded", extra=kv(role=kind, model=enc.name, dim=enc.dim))
-    if index is not None:
-        from ..rag import query_encoder
-
-        query_encoder(index, encoders)  # refuses an embedder other than the index's
-    return encoders, index
-
-
-def sampling_flags(args: argparse.Namespace) -> dict[str, Any]:
-    """The sampling flags that were given, as RuntimeConfig fields; ValueError when one is
-    out of the range every API accepts."""
-    from ..types import SamplingParams
-
-    given = {f: getattr(args, f) for _, _, f in _SAMPLING_FLAGS if getattr(args, f, None) is not None}
-    try:
-        SamplingParams(**given).validate()
-    except Exception as exc:
-        raise ValueError(f"sampling flag: {exc}") from None
-    if given.get("temperature", 0.0) > 2.0:
-        raise ValueError("-temp must be between 0 and 2")
-    return given
-
-
-def build_server(
-    args: argparse.Namespace,
-    *,
-    home: Path | None = None,
-    model: tuple[str, Path, str | None] | None = None,
-) -> tuple[Any, Any]:
-    """The ASGI app and its Runtime, as `serve` flags describe them (the caller serves the app
-    and closes the runtime). `home`: where contexts are kept (default `llamay_home()`);
-    `model`: an already resolved (name, file, sha256) for -m. Raises on a bad flag or model."""
-    from ..api.app import create_app
-    from ..auth import KeyRing
-    from ..chat.flow import FINISH_TOOL_MODES
-    from ..runtime import Runtime, RuntimeConfig, load_model
-    from ..store import ModelStore, llamay_home
-
-    if args.max_tokens < 1:
-        raise ValueError(f"-max-tokens must be at least 1, not {args.max_tokens}")
-    if args.reasoning_budget is not None and args.reasoning_budget < 0:
-        raise ValueError(f"-reasoning-budget must be at least 0, not {args.reasoning_budget}")
-    if args.finish_tool not in FINISH_TOOL_MODES:  # the flag, or $LLAMAY_FINISH_TOOL
-        raise ValueError(f"-finish-tool must be off or auto, not {args.finish_tool!r}")
-    keys = KeyRing.load(args.keys)
-    name, path, sha = model or resolve_model(args.model)
-    config = RuntimeConfig(
-        ctx=args.ctx,
-        batch=args.batch,
-        threads=args.threads,
-        concurrency=args.concurrency,
-        max_queue=args.queue,
-        kv_type=args.kv,
-        flash_attn=args.flash_attn == "on",
-        cache_ram=max(0, args.cache_ram) * 1024 * 1024,
-        chat_template_file=args.chat_template,
-        home=home or llamay_home(),
-        max_tokens=args.max_tokens,
-        reasoning_budget=args.reasoning_budget,
-        finish_tool=args.finish_tool,
-        **sampling_flags(args),
-    )
-    loaded = load_model(name, path, config, sha)
-    store = ModelStore()
-
-    def resolve(name: str) -> tuple[str, Path, str | None]:
-        found = store.resolve(name)
-        return found.name, found.path, found.sha256
-
-    runtime = Runtime(
-        config, resolve=resolve, store=store, max_loaded=args.max_loaded, keep_alive=args.keepalive
-    )
-    runtime.add(loaded, default=True, keep_alive=-1.0)
-    app = create_app(runtime, keys)
-    try:
-        app.state.encoders, app.state.index = load_extras(args)
-        runtime.encoders = app.state.encoders
-    except Exception:
-        runtime.close()
-        raise
-    return app, runtime
-
-
-def server_limits(args: argparse.Namespace) -> Any:
-    """The slow-client limits from the flags; ValueError for one that is not positive."""
-    from ..api.serving import ServerLimits
-
-    for name in ("max_connections", "header_timeout", "body_timeout"):
-        if getattr(args, name) <= 0:
-            raise ValueError(f"-{name.replace('_', '-')} must be positive, not {getattr(args, name)}")
-    return ServerLimits(
-        max_connections=args.max_connections,
-        header_timeout=args.header_timeout,
-        body_timeout=args.body_timeout,
-    )
-
-
 def run_serve(args: argparse.Namespace) -> int:
     from ..api.serving import bind, serve
+    from ..api.state import state_of
+    from ..server import build_server
 
-    setup_logging(args.log_level)
     try:
-        host, port = parse_addr(args.addr)
-        limits = server_limits(args)
-        sock = bind(host, port)  # a busy port fails now, not after the models load
+        config = config_from_args(args)
+    except Exception as exc:
+        return fail(exc)
+    setup_logging(config.log_level)
+    try:
+        sock = bind(config.host, config.port)  # a busy port fails now, not after the models load
     except Exception as exc:
         return fail(exc)
     try:
-        app, runtime = build_server(args)
+        app = build_server(config)
     except Exception as exc:
         sock.close()
         return fail(exc)
-    keys = app.state.keys
+    state = state_of(app)
+    runtime, keys = state.runtime, state.keys
     loaded = runtime.get(None)
     info = loaded.info
-    addr = f"{host}:{port}"
+    addr = config.addr
     log.info(
         "llamay serving",
         extra=kv(
@@ -345,22 +261,22 @@ def run_serve(args: argparse.Namespace) -> int:
             size=human_bytes(info.size_bytes),
             context=loaded.engine.n_ctx,
             threads=loaded.ctx.config.n_threads,
-            kv=args.kv,
-            concurrency=args.concurrency,
-            max_tokens=args.max_tokens,
-            max_loaded=args.max_loaded,
-            keep_alive=f"{args.keepalive:g}s" if args.keepalive >= 0 else "forever",
+            kv=config.runtime.kv_type,
+            concurrency=config.runtime.concurrency,
+            max_tokens=config.runtime.max_tokens,
+            max_loaded=config.max_loaded,
+            keep_alive=f"{config.keep_alive:g}s" if config.keep_alive >= 0 else "forever",
             auth="api keys" if keys.enabled else "none (single user)",
         ),
     )
     print(banner_table(f"http://{addr}"), file=sys.stderr, flush=True)
-    if not keys.enabled and host not in ("localhost", "127.0.0.1", "::1"):
+    if not keys.enabled and config.host not in ("localhost", "127.0.0.1", "::1"):
         log.warning(
             "listening beyond this machine without API keys: anyone who can reach it can use it",
             extra=kv(addr=addr),
         )
     try:
-        serve(app, host, port, limits, sock)
+        serve(app, config.host, config.port, sock)
     finally:
         runtime.close()
         log.info("llamay stopped")

@@ -23,10 +23,13 @@ class EventStream:
     leaving an `async with`) aborts the request if it is still running, freeing its KV."""
 
     def __init__(self, engine: Engine, request: GenerateRequest) -> None:
+        self._listen()
+        self.handle = engine.submit(request, self._sink)
+
+    def _listen(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._done = False
-        self.handle = engine.submit(request, self._sink)
 
     def _sink(self, event: Event) -> None:
         try:
@@ -52,15 +55,14 @@ class EventStream:
 
 
 def submit_all(engine: Engine, requests: list[GenerateRequest]) -> list[EventStream]:
-    """Submit every request or none: if one is refused, the ones already queued are aborted."""
-    streams: list[EventStream] = []
-    try:
-        for r in requests:
-            streams.append(EventStream(engine, r))
-    except BaseException:
-        for s in streams:
-            s.close()
-        raise
+    """Submit every request or none, in one step: the engine's queue limit counts them all
+    (a request with 64 prompts is 64 sequences), and a refusal queues nothing."""
+    streams = [EventStream.__new__(EventStream) for _ in requests]
+    for s in streams:
+        s._listen()
+    handles = engine.submit_many([(r, s._sink) for r, s in zip(requests, streams, strict=True)])
+    for s, h in zip(streams, handles, strict=True):
+        s.handle = h
     return streams
 
 

@@ -2,23 +2,24 @@
 
 step = reap aborted -> admit waiting -> schedule -> one llama_decode -> per request:
 sample_step (mask -> sample -> accept -> stop checks) -> apply its outcome (publish, finish).
-The decisions are made elsewhere: which requests start, which tokens are decoded and who
-gives way under KV pressure by engine/scheduler.py, where a sequence's KV comes from and
-goes to by the KvManager (kv/manager.py) the engine is given. The engine executes them.
-Events are delivered through each request's sink, called on the engine thread.
+The decisions are made elsewhere: which requests start (the least served tenant's first),
+who makes way for them, which tokens are decoded and who gives way under KV pressure by
+engine/scheduler.py, where a sequence's KV comes from and goes to by the KvManager
+(kv/manager.py) the engine is given. The engine executes them and keeps the tenants'
+accounts (`scheduler.Ledger`). Events are delivered through each request's sink, called on
+the engine thread.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from ..backend.context import Context, DecodeStatus
@@ -27,43 +28,20 @@ from ..errors import ContextOverflow, EngineError, InvalidRequest, Overloaded
 from ..kv.contexts import Contexts
 from ..kv.manager import KvManager
 from ..types import ErrorEvent, FinishEvent, FinishReason, TokenEvent, Usage
+from .config import EngineConfig, EngineStats
 from .prompt_scoring import score_row
 from .repetition import structural_tokens
 from .request import GenerateRequest, Handle, Sink
 from .sampling_step import Outcome, sample_step
-from .scheduler import Admission, choose_leader, preempt, schedule
+from .scheduler import Admission, StepCost, choose_leader, make_way, next_tenant, preempt, schedule
 from .sequence import Sequence
+from .tenants import Tenants
 
 __all__ = ["Engine", "EngineConfig"]
 
 log = logging.getLogger("llamay.engine")
 T = TypeVar("T")
 MEASURE_EVERY = 0.25  # seconds between KV measurements while requests run
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """`concurrency` caps running sequences; up to `max_queue` more wait, past that submit()
-    raises Overloaded (HTTP 503 with Retry-After)."""
-
-    concurrency: int = 8
-    max_queue: int = 64
-    # Used only when the engine builds its own KvManager (see KvManager.create).
-    model_name: str = "model"
-    model_sha256: str = ""
-    contexts_dir: Path | None = None  # where contexts are spilled and saved; None: a temp folder
-    cache_ram: int = 512 * 1024 * 1024  # bytes of RAM for cached prefixes moved out of the KV cache
-
-
-@dataclass
-class EngineStats:
-    requests: int = 0
-    aborted: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    generated_tokens: int = 0
-    steps: int = 0
-    decode_seconds: float = 0.0
 
 
 class Engine:
@@ -80,8 +58,11 @@ class Engine:
         self.config = config or EngineConfig()
         self.stats = EngineStats()
         self._cond = threading.Condition()
-        self._waiting: deque[tuple[Handle, Sink]] = deque()
+        self._tenants = Tenants(self.config.fair, self.config.max_queue)
+        self._waiting = self._tenants.waiting  # guarded by _cond
         self._running: list[Sequence] = []
+        self._light_step = False  # the last step read light tenants' prompts alone
+        self._cost = StepCost()
         if kv is None:
             c = self.config
             kv = KvManager.create(
@@ -109,7 +90,26 @@ class Engine:
 
     def submit(self, request: GenerateRequest, sink: Sink) -> Handle:
         """Queue a request. Raises InvalidRequest / ContextOverflow for a request that can
-        never run, Overloaded when the queue is full."""
+        never run, QueueLimit / Overloaded when its tenant's queue is full (see EngineConfig)."""
+        return self.submit_many([(request, sink)])[0]
+
+    def submit_many(self, items: list[tuple[GenerateRequest, Sink]]) -> list[Handle]:
+        """Queue every request or none (as `submit`): the queue limit counts them all."""
+        for request, _ in items:
+            self._check(request)
+        handles = [Handle(request, self._wake) for request, _ in items]
+        with self._cond:
+            if self._closing:
+                raise Overloaded("the server is shutting down")
+            adding = Counter(self._tenants.of(r) for r, _ in items)
+            for tenant, n in adding.items():
+                self._tenants.check_room(tenant, n, len(self._running))
+            for handle, (request, sink) in zip(handles, items, strict=True):
+                self._waiting.push(self._tenants.of(request), handle, sink)
+            self._cond.notify()
+        return handles
+
+    def _check(self, request: GenerateRequest) -> None:
         if not request.tokens:
             raise InvalidRequest("the prompt is empty", param="prompt")
         self.model.check_tokens(request.tokens)
@@ -119,19 +119,8 @@ class Engine:
                 "(at least one token must be left to generate)",
                 param="messages",
             )
-        handle = Handle(request, self._wake)
-        with self._cond:
-            if self._closing:
-                raise Overloaded("the server is shutting down")
-            if len(self._waiting) >= self.config.max_queue:
-                raise Overloaded(
-                    f"the request queue is full ({self.config.max_queue} waiting, "
-                    f"{len(self._running)} running); retry shortly",
-                    retry_after=1,
-                )
-            self._waiting.append((handle, sink))
-            self._cond.notify()
-        return handle
+        if not (math.isfinite(request.weight) and request.weight > 0):
+            raise InvalidRequest(f"a tenant's weight must be a positive number, not {request.weight!r}")
 
     @property
     def queue_depth(self) -> int:
@@ -219,26 +208,55 @@ class Engine:
         self._kv_cells, self._cache_cells = usage.running, usage.cached
 
     def _admit(self) -> None:
-        """Start the waiting requests the scheduler admits (lock held)."""
+        """Start the waiting requests the scheduler admits (lock held): the least served
+        tenant's first, each tenant's in arrival order. When the one whose turn it is cannot
+        start, a sequence of a tenant holding more of the running set may make way for it;
+        else the pass stops (the turn is kept: nobody passes the tenant served least)."""
+        for handle, sink in self._waiting.drop_aborted():
+            self._emit_finish_unstarted(handle, sink)
+        running = Counter(self._tenants.of(s.request) for s in self._running)
+        self._tenants.refresh(self._running, time.monotonic())
         admission = Admission.begin(self._running, self.config.concurrency, self.n_ctx)
+        turn: str | None = None
         while self._waiting:
-            handle, sink = self._waiting[0]
-            verdict = admission.verdict(len(handle.request.tokens), handle.aborted)
-            if verdict == "wait":
-                break
-            if verdict == "drop":
-                self._waiting.popleft()
-                self._emit_finish_unstarted(handle, sink)
-                continue
-            seq_id = self.kv.acquire()
+            tenant = turn or next_tenant(self._waiting.heads(), self._tenants.ledger, running)
+            handle, sink = self._waiting.head(tenant)
+            seq_id = None
+            if admission.verdict(len(handle.request.tokens), False) == "admit":
+                seq_id = self.kv.acquire()
             if seq_id is None:
-                break
-            self._waiting.popleft()
+                if not self._make_way(tenant, running):
+                    break
+                admission = Admission.begin(self._running, self.config.concurrency, self.n_ctx)
+                turn = tenant  # the seat is for this tenant, whatever the refund did
+                continue
+            turn = None
+            self._waiting.pop(tenant)
             seq = self._start(handle, sink, seq_id)
             if seq is not None:
                 self._running.append(seq)
+                running[tenant] += 1
                 self.stats.requests += 1
                 admission.started(seq.n_prompt)
+                self._tenants.started(seq)
+
+    def _make_way(self, tenant: str, running: Counter[str]) -> bool:
+        """Put back the running sequence `scheduler.make_way` picks for `tenant`, keeping
+        what it computed as a cached prefix it starts from again; False if none."""
+        if not self.config.fair:
+            return False
+        seats = self._tenants.seats(self._running)
+        i = make_way(seats, tenant, self._tenants.ledger)
+        if i is None:
+            return False
+        victim = self._running.pop(i)
+        running[seats[i].tenant] -= 1
+        self._tenants.refund(victim)
+        req = victim.request
+        self.kv.settle(victim, None, completed=True, cache=True, namespace=req.namespace)
+        self._waiting.push_front(seats[i].tenant, victim.handle, victim.sink)
+        log.debug("request %d made way for tenant %r", req.id, tenant)
+        return True
 
     def _start(self, handle: Handle, sink: Sink, seq_id: int) -> Sequence | None:
         """Bind a request to `seq_id` and give it the KV it can start from. On failure the
@@ -328,7 +346,14 @@ class Engine:
         for s in self._running:
             self._join(s)
         ready = [s for s in self._running if s.follows is None]
-        plan = schedule(ready, self.ctx.n_batch)
+        sharing = self._tenants.sharing(ready, not self._light_step, self._cost.prompt_cap())
+        plan = schedule(ready, self.ctx.n_batch, sharing)
+        # A step that read only light tenants' prompts is followed by one that may not.
+        self._light_step = (
+            sharing is not None
+            and sharing.light_alone
+            and any(ready[sl.index].prefilling and sharing.tenants[sl.index] in sharing.light for sl in plan)
+        )
         batch = self.ctx.batch
         batch.clear()
         rows: list[tuple[Sequence, int]] = []
@@ -348,6 +373,7 @@ class Engine:
         t0 = time.perf_counter()
         status = self.ctx.decode()
         spent = time.perf_counter() - t0
+        self._cost.add(batch.n, spent)
         self.stats.decode_seconds += spent
         self.stats.steps += 1
         if status == DecodeStatus.NO_KV_SLOT:
@@ -355,15 +381,20 @@ class Engine:
             return
         if status != DecodeStatus.OK:
             raise EngineError(f"llama_decode failed with status {status}")
+        by_tenant = self.stats.by_tenant
         for sl in plan:
             ready[sl.index].n_past += sl.count
             ready[sl.index].decode_seconds += spent
+            tenant = ready[sl.index].request.tenant
+            by_tenant[tenant] = by_tenant.get(tenant, 0) + sl.count
+        self.stats.computed_tokens += batch.n
         self.kv.age(batch.n)
         for s, pos, row in scored:
             k = s.request.prompt_logprobs or 0
             lp = score_row(self.ctx.logits(row), self.model.n_vocab, s.tokens[pos + 1], k, self.model.pieces)
             s.prompt_scores.append(lp)
         for s, row in rows:
+            self._tenants.generated(s)
             self._apply(s, sample_step(s, self.ctx.logits(row), self.model, self.n_ctx))
         self._running = [s for s in self._running if not s.done]
 
@@ -379,13 +410,14 @@ class Engine:
         Either way the step is retried."""
         if self.kv.make_room():
             return
-        choice = preempt(self._running, planned)
+        choice = preempt(self._running, planned, self._tenants.served(self._running))
         victim = self._running[choice.index]
         if choice.requeue:
             self._running.remove(victim)
+            self._tenants.refund(victim)
             self.kv.release(victim.seq_id)
             with self._cond:
-                self._waiting.appendleft((victim.handle, victim.sink))
+                self._waiting.push_front(self._tenants.of(victim.request), victim.handle, victim.sink)
             log.info("KV cache full: request %d put back in the queue", victim.request.id)
             return
         self._finish(victim, "length", "the KV cache is full: generation stopped early")
@@ -398,6 +430,7 @@ class Engine:
         if s.done:
             return
         s.done = True
+        self._tenants.refund(s)
         completed = reason in ("stop", "length")
         context_id = self.kv.settle(
             s, s.request.session, completed=completed, cache=s.request.cache, namespace=s.request.namespace
@@ -433,6 +466,7 @@ class Engine:
         self._safe_sink(sink, FinishEvent("abort", usage))
 
     def _fail_all(self, exc: Exception) -> None:
+        self._tenants.forget_charges()
         for s in self._running:
             s.done = True
             self.kv.release(s.seq_id)
@@ -445,8 +479,7 @@ class Engine:
             self._finish(s, "abort", "the server is shutting down")
         self._running = []
         with self._cond:
-            waiting = list(self._waiting)
-            self._waiting.clear()
+            waiting = self._waiting.clear()
         for handle, sink in waiting:
             self._emit_finish_unstarted(handle, sink)
         try:

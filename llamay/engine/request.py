@@ -110,6 +110,12 @@ class GenerateRequest:
     # this namespace (or shared ones), and what it computes stays in it. "" is the
     # single-user namespace; the engine never interprets the string.
     namespace: str = ""
+    # Who is served: the engine shares admission and the running set fairly between
+    # tenants, each charged for the tokens computed for it, divided by its `weight`
+    # (engine/scheduler.py, Ledger). "" is the single user; the engine never interprets
+    # the string, only compares it.
+    tenant: str = ""
+    weight: float = 1.0
     id: int = field(default_factory=lambda: next(_ids))
 
 

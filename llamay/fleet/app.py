@@ -104,7 +104,7 @@ def start_ray(
     num_cpus: int | None = None, temp_dir: str | None = None, env: dict[str, str] | None = None
 ) -> None:
     """Join the cluster in RAY_ADDRESS, or start a local one (no dashboard). `env` reaches
-    every worker (API keys from the environment, thread settings)."""
+    every worker (the model store's home, thread settings; keys travel in the spec)."""
     import os
 
     import ray

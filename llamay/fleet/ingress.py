@@ -15,14 +15,13 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import uvicorn
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..auth import KeyRing, bearer_token
+from ..auth import bearer_token
 from ..errors import LlamayError
 from .asgi import Forwarded, Head
 from .hints import RouteHint, read_hint, rewrite_context
@@ -83,7 +82,7 @@ class LlamayIngress:
         self.replicas = replicas
         self.spec = spec
         self.know = knowledge(spec.app_name)
-        self.keys = KeyRing.load(Path(spec.keys) if spec.keys else None)
+        self.keys = spec.server.key_ring()
         self.control: dict[str, Any] = {}
         self.recovery = Recovery(spec, self.know, replicas) if spec.state_dir else None
         self._bg: asyncio.Task[None] | None = None

@@ -38,8 +38,8 @@ class LlamayReplica:
     """Ray Serve calls every public method with a `RouteHint` first, which our router reads."""
 
     def __init__(self, spec: FleetSpec) -> None:
-        from ..cli.main import build_parser
-        from ..cli.serve import build_server
+        from ..api.state import state_of
+        from ..server import build_server
 
         self.spec = spec
         self.uid, self.node = _replica_id()
@@ -50,11 +50,11 @@ class LlamayReplica:
             self.home.mkdir(parents=True, exist_ok=True)
         else:
             self.home = Path(tempfile.mkdtemp(prefix=f"llamay-replica-{self.uid}-"))
-        # The same keys file as the ingress's: auth is the replicas' own, on every request.
-        keys = ["-keys", spec.keys] if spec.keys else []
-        args = build_parser().parse_args(["serve", *spec.serve_argv, *keys])
+        # The same keys as the ingress's (they are in the config): auth is the replicas' own,
+        # on every request.
         name, path, sha = spec.model
-        self.app, self.runtime = build_server(args, home=self.home, model=(name, Path(path), sha))
+        self.app = build_server(spec.replica_config(self.home), model=(name, Path(path), sha))
+        self.runtime = state_of(self.app).runtime
         self.lifespan = Lifespan(self.app)
         self._started = False
         self._ckpt_task: asyncio.Task[None] | None = None

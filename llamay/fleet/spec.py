@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from ..config import ServerConfig
 
 __all__ = ["FleetSpec", "REPLICA_HEADER", "INGRESS_NAME", "REPLICA_NAME"]
 
@@ -14,20 +16,22 @@ REPLICA_NAME = "LlamayReplica"
 
 @dataclass(frozen=True)
 class FleetSpec:
-    """`serve_argv`: `llamay serve` flags every replica runs with (no -m, no -addr); `model`:
-    the -m model, resolved once where `fleet up` runs (name, file, sha256), so replicas need
-    no model store of their own. `state_dir`: where replicas keep their homes and checkpoint
+    """`server`: the `llamay serve` configuration every replica builds, as `fleet up` parsed
+    it (the object itself, pickled by Ray: never a command line parsed again); each replica
+    sets only its own home. Its keys (`server.keys`, `server.api_key`) are the ingress's too.
+    `model`: the -m model, resolved once where `fleet up` runs (name, file, sha256), so
+    replicas need no model store of their own. `host`/`port`: where the ingress listens
+    (replicas do not). `state_dir`: where replicas keep their homes and checkpoint
     their contexts (shared storage in a multi-node cluster); None: temporary homes, no
     checkpoints. `router`: "llamay" (ours) or "ray" (Ray Serve's default, for comparison)."""
 
     model: tuple[str, str, str | None]
-    serve_argv: tuple[str, ...] = ()
+    server: ServerConfig = field(default_factory=ServerConfig)
     app_name: str = "llamay"
     host: str = "127.0.0.1"
     port: int = 11435
     replicas: int = 2
     cpus_per_replica: float = 1.0
-    keys: str | None = None
     state_dir: str | None = None
     router: str = "llamay"
     min_replicas: int | None = None
@@ -42,6 +46,10 @@ class FleetSpec:
     @property
     def autoscaling(self) -> bool:
         return self.max_replicas is not None
+
+    def replica_config(self, home: Path) -> ServerConfig:
+        """What a replica whose home is `home` builds: `server`, with contexts kept there."""
+        return replace(self.server, runtime=replace(self.server.runtime, home=home))
 
     def checkpoints(self) -> Path | None:
         return Path(self.state_dir) / "checkpoints" if self.state_dir else None

@@ -73,7 +73,7 @@ class Grammar:
         shape: Shape = "free",
     ) -> Grammar:
         """JSON texts valid under `schema_` (drafts 4, 6, 7, 2019-09, 2020-12 by `$schema`;
-        2020-12 if undeclared), written in `layout` ("compact", "indented", "free") with
+        2020-12 if undeclared), written in `layout` ("compact", "spaced", "indented", "free") with
         objects closed where safe when `shape="tight"` (see llamay.grammar.shape).
 
         Annotations, unknown keywords and unknown formats never cause a refusal. An

@@ -6,6 +6,8 @@ Layouts (llguidance's `whitespace_pattern` is one regex used, at most once, at e
 place JSON allows whitespace, so indentation cannot follow depth exactly):
 
 - "compact": no whitespace at all; separators "," and ":".
+- "spaced": no whitespace but the separators ", " and ": " (`json.dumps` defaults, what
+  chat templates' `tojson` writes into a prompt, so tool calls look like the examples).
 - "indented": each gap is empty or one newline plus up to 40 spaces; separators "," and
   ": ". `json.dumps(value, indent=k)` output matches; so do shallower indents.
 - "free": any JSON whitespace in bounded runs (one optional newline, then up to 40
@@ -24,20 +26,24 @@ from .keywords import JSON_OPTIONS
 
 __all__ = ["Layout", "Shape", "layout_options", "GAP_BYTES", "KEY_SEP_BYTES", "Tightening"]
 
-Layout = Literal["compact", "indented", "free"]
+Layout = Literal["compact", "spaced", "indented", "free"]
 Shape = Literal["tight", "free"]
 
-# The most bytes one whitespace gap / one key separator can take, per layout.
-GAP_BYTES: dict[str, int] = {"compact": 0, "indented": 41, "free": 42}
-KEY_SEP_BYTES: dict[str, int] = {"compact": 1, "indented": 2, "free": 1}
+# The most bytes one whitespace gap / one key separator can take, per layout ("spaced"
+# counts its item separator's space as a gap: an array or object has more gaps than items).
+GAP_BYTES: dict[str, int] = {"compact": 0, "spaced": 1, "indented": 41, "free": 42}
+KEY_SEP_BYTES: dict[str, int] = {"compact": 1, "spaced": 2, "indented": 2, "free": 1}
 
 
 def layout_options(layout: Layout) -> dict[str, Any]:
     """The llguidance JSON options (x-guidance) for `layout`."""
     options = dict(JSON_OPTIONS)
-    if layout == "compact":
+    if layout in ("compact", "spaced"):
         del options["whitespace_pattern"]
         options["whitespace_flexible"] = False
+        if layout == "spaced":
+            options["item_separator"] = ", "
+            options["key_separator"] = ": "
     elif layout == "indented":
         options["whitespace_pattern"] = r"\n {0,40}"
         options["key_separator"] = ": "

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from typing_extensions import Unpack
 
 from ..errors import InvalidRequest
-from .backend import ContextHandle
+from .backend import Backend, ContextHandle
 from .kwargs import ChatKw
+from .loop import LoopThread
 from .options import MessagesIn, messages_of, options
 from .results import ChatResult
 from .turns import collect_chat
-
-if TYPE_CHECKING:
-    from .llm import LLM
 
 __all__ = ["Context"]
 
@@ -36,8 +34,13 @@ class Context:
     answered without it and a new context is computed for the turns that follow.
     """
 
-    def __init__(self, llm: LLM, handle: ContextHandle, messages: list[dict[str, Any]]) -> None:
-        self._llm = llm
+    def __init__(
+        self, loop: LoopThread, backend: Backend, handle: ContextHandle, messages: list[dict[str, Any]]
+    ) -> None:
+        """A context `handle` holding `messages`, whose turns run on `loop` through `backend`
+        (an LLM's own: made by `LLM.context`)."""
+        self._loop = loop
+        self._backend = backend
         self._handle = handle
         self.messages = messages
         self._lock: asyncio.Lock | None = None  # created on the LLM's loop, where turns run
@@ -50,17 +53,17 @@ class Context:
     def chat(self, prompt: MessagesIn, *, keep: bool = True, **kw: Unpack[ChatKw]) -> ChatResult:
         """A turn on the context; options as for `LLM.chat` (but no `system`: the context
         has its own)."""
-        return self._llm._loop.run(self._turn(prompt, keep, kw))
+        return self._loop.run(self._turn(prompt, keep, kw))
 
     async def achat(self, prompt: MessagesIn, *, keep: bool = True, **kw: Unpack[ChatKw]) -> ChatResult:
         """`chat`, awaitable."""
-        return await self._llm._loop.call(self._turn(prompt, keep, kw))
+        return await self._loop.call(self._turn(prompt, keep, kw))
 
     async def _turn(self, prompt: MessagesIn, keep: bool, kw: dict[str, Any] | ChatKw) -> ChatResult:
         opts = options(**kw)
         if opts.system is not None:
             raise InvalidRequest("a context has its system prompt already", param="system")
-        backend = self._llm._backend
+        backend = self._backend
         if not keep:
             fork = await backend.fork_context(self._handle, self.messages)
             try:
@@ -83,21 +86,21 @@ class Context:
 
     def fork(self) -> Context:
         """A new context holding the same messages (a server fork: no recomputation)."""
-        return self._llm._loop.run(self._fork())
+        return self._loop.run(self._fork())
 
     async def afork(self) -> Context:
-        return await self._llm._loop.call(self._fork())
+        return await self._loop.call(self._fork())
 
     async def _fork(self) -> Context:
-        handle = await self._llm._backend.fork_context(self._handle, self.messages)
-        return Context(self._llm, handle, list(self.messages))
+        handle = await self._backend.fork_context(self._handle, self.messages)
+        return Context(self._loop, self._backend, handle, list(self.messages))
 
     def close(self) -> None:
         """Free the context (remote: delete it on the server); idempotent."""
-        self._llm._loop.run(self._llm._backend.close_context(self._handle))
+        self._loop.run(self._backend.close_context(self._handle))
 
     async def aclose(self) -> None:
-        await self._llm._loop.call(self._llm._backend.close_context(self._handle))
+        await self._loop.call(self._backend.close_context(self._handle))
 
     def __enter__(self) -> Context:
         return self

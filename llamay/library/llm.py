@@ -219,7 +219,7 @@ class LLM:
         if not history:
             raise InvalidRequest("a context needs a system prompt or messages", param="system")
         handle = await self._backend.open_context(history)
-        return Context(self, handle, history)
+        return Context(self._loop, self._backend, handle, history)
 
     # -- the rest --------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

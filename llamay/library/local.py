@@ -1,6 +1,6 @@
 """The in-process backend: a Runtime holding one model, driven through the chat pipeline
-(`llamay.chat.pipeline`) and the context service (`llamay.chat.contexts`), exactly as the
-HTTP routes drive them."""
+(a `Job` -> `prepare` -> `run` -> a renderer) and the context service
+(`llamay.chat.contexts`), exactly as the HTTP routes drive them."""
 
 from __future__ import annotations
 
@@ -10,27 +10,40 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..chat.contexts import ContextService
 from ..chat.flow import ChatOptions, Piece
 from ..chat.pipeline import (
     Choice,
+    Delta,
     Done,
+    Frames,
     Generation,
+    Prepared,
     Prompt,
     RunSpec,
-    chat_prompt,
-    sampling_defaults,
+    answer,
+    run,
+    run_spec,
     start,
     start_batch,
-    text_prompt,
+)
+from ..chat.prepare import (
+    ChatInput,
+    Input,
+    Job,
+    Knobs,
+    ModelRef,
+    TextInput,
+    effective_params,
+    prepare,
 )
 from ..chat.tools import ToolChoice
-from ..errors import Conflict, EngineError, InvalidRequest
+from ..errors import Conflict, EngineError, InvalidRequest, LlamayError
 from ..runtime import LoadedModel, Runtime, RuntimeConfig, load_model
 from ..types import SamplingParams
 from .backend import ContextHandle, Reply
@@ -59,12 +72,11 @@ class LocalBackend:
     Contexts live in the engine as they do in a server's, spilled (if KV runs short) to a
     private folder that `aclose` removes: a library leaves nothing behind."""
 
-    def __init__(self, runtime: Runtime, lm: LoadedModel, defaults: dict[str, Any], folder: Path) -> None:
+    def __init__(self, runtime: Runtime, lm: LoadedModel, folder: Path) -> None:
         self.runtime = runtime
         self.lm = lm
         self.name = lm.name
         self.contexts = ContextService(runtime)
-        self._defaults = defaults
         self._folder = folder
         self._open: set[str] = set()  # contexts made here and not closed yet
 
@@ -98,21 +110,21 @@ class LocalBackend:
             raise
         runtime = Runtime(rc, store=store, max_loaded=1, keep_alive=-1.0)
         runtime.add(lm, default=True, keep_alive=-1.0)
-        return cls(runtime, lm, await sampling_defaults(runtime, lm), folder)
+        return cls(runtime, lm, folder)
 
     # -- generation ------------------------------------------------------------------------
-    def _spec(self, opts: Options, **kw: Any) -> RunSpec:
+    @staticmethod
+    def _knobs(opts: Options) -> Knobs:
         given = opts.sampling_given()
-        sampling = SamplingParams(**given).with_defaults(self._defaults, given.keys())
-        return RunSpec(
-            sampling=sampling.validate(self.lm.model.n_vocab),
-            max_tokens=opts.max_tokens,
-            stop=opts.stop,
-            default_max=self.runtime.config.max_tokens,
-            **kw,
-        )
+        return Knobs(SamplingParams(**given), frozenset(given), max_tokens=opts.max_tokens, stop=opts.stop)
 
-    def _prompt(self, ask: Ask) -> Prompt:
+    def _spec(self, opts: Options) -> RunSpec:
+        """What a call with `opts` runs with (the model's defaults under them)."""
+        params = effective_params(self.runtime, self.lm.name, self.lm.info.path)
+        return run_spec(self._knobs(opts).under(params), self.lm.engine.n_ctx, self.runtime.config.max_tokens)
+
+    @staticmethod
+    def _input(ask: Ask) -> ChatInput:
         thinking = ask.opts.thinking
         choice = ask.tool_choice
         tool_choice = ToolChoice("function", choice)
@@ -128,49 +140,46 @@ class LocalBackend:
             if isinstance(thinking, int) and not isinstance(thinking, bool)
             else None,
         )
-        return chat_prompt(self.lm, chat)
+        return ChatInput(chat)
+
+    async def _prepare(self, inputs: Sequence[Input], opts: Options) -> Prepared:
+        """One spec for all: chat_many gives every prompt the same options."""
+        return await prepare(self.runtime, Job(ModelRef(), tuple(inputs), self._knobs(opts)))
 
     async def _start(self, ask: Ask) -> Generation:
         """Submit one round: on its context when it has one. A prompt that no longer extends
         what the context holds (a template that rewrites history) runs without it, and the
         context is marked stale so the conversation computes a new one."""
-        prompt, spec = self._prompt(ask), self._spec(ask.opts)
+        ready = await self._prepare([self._input(ask)], ask.opts)
         handle = ask.session
         if isinstance(handle, ContextHandle) and handle.id is not None and not handle.stale:
             try:
                 async with self.contexts.reserve(self.lm, handle.id) as held:
-                    return await start(self.lm, prompt, spec, held=held)
+                    return run(ready, held=held)
             except Conflict:
                 handle.stale = True
-        return await start(self.lm, prompt, spec)
+        return run(ready)
 
     async def generate(self, ask: Ask) -> AsyncIterator[Chunk | Reply]:
         t0 = time.perf_counter()
-        gen = await self._start(ask)
+        frames = Frames(await self._start(ask), ReplyRenderer(t0, streaming=True))
         try:
-            async for step in gen:
-                for piece in step.pieces:
-                    chunk = _chunk(piece)
-                    if chunk is not None:
-                        yield chunk
-                if isinstance(step, Done):
-                    yield _reply(step.choice, t0)
+            async for item in frames:
+                yield item
         finally:
-            gen.close()  # an early exit aborts the request now, freeing its KV
+            await frames.aclose()  # an early exit aborts the request now, freeing its KV
 
     async def generate_many(self, asks: list[Ask]) -> list[Reply]:
         t0 = time.perf_counter()
-        # One spec for all: chat_many gives every prompt the same options.
-        gen = await start_batch(self.lm, [self._prompt(a) for a in asks], self._spec(asks[0].opts))
-        return [_reply(c, t0) for c in await gen.collect()]
+        ready = await self._prepare([self._input(a) for a in asks], asks[0].opts)
+        return await answer(run(ready), ReplyRenderer(t0, streaming=False))
 
     async def complete(self, prompts: list[str], opts: Options) -> list[Reply]:
         t0 = time.perf_counter()
         grammar = opts.output.grammar if opts.output is not None else None
         # As /v1/completions reads a prompt: special-token names are plain text.
-        made = [text_prompt(self.lm, p, grammar, special=False) for p in prompts]
-        gen = await start_batch(self.lm, made, self._spec(opts))
-        return [_reply(c, t0) for c in await gen.collect()]
+        ready = await self._prepare([TextInput(p, grammar, special=False) for p in prompts], opts)
+        return await answer(run(ready), ReplyRenderer(t0, streaming=False))
 
     async def score(self, prompt: str, continuations: list[str]) -> list[ScoreResult]:
         model = self.lm.model
@@ -248,6 +257,40 @@ class LocalBackend:
         self._open.clear()
         await asyncio.to_thread(self.runtime.close)
         shutil.rmtree(self._folder, ignore_errors=True)
+
+
+class ReplyRenderer:
+    """The pipeline's steps as the library's results (see chat/pipeline.py): streamed,
+    text chunks then the round's Reply; whole, the Replies of every choice in order. A
+    failure is raised, not rendered."""
+
+    def __init__(self, t0: float, *, streaming: bool) -> None:
+        self.t0 = t0
+        self.streaming = streaming
+        self.n = 1
+        self.choices: dict[int, Choice] = {}
+
+    def start(self, gen: Generation) -> Sequence[Any]:
+        self.n = len(gen.streams)
+        return ()
+
+    def delta(self, step: Delta) -> Sequence[Any]:
+        return _chunks(step.pieces) if self.streaming else ()
+
+    def done(self, step: Done) -> Sequence[Any]:
+        if self.streaming:
+            return [*_chunks(step.pieces), _reply(step.choice, self.t0)]
+        self.choices[step.choice.index] = step.choice
+        if len(self.choices) < self.n:
+            return ()
+        return [[_reply(self.choices[i], self.t0) for i in range(self.n)]]
+
+    def error(self, exc: LlamayError) -> NoReturn:
+        raise exc
+
+
+def _chunks(pieces: list[Piece]) -> list[Chunk]:
+    return [c for c in map(_chunk, pieces) if c is not None]
 
 
 def _chunk(piece: Piece) -> Chunk | None:

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from llamay.config import RuntimeConfig, ServerConfig
 from llamay.fleet.spec import REPLICA_HEADER, FleetSpec
 from tests.fleet.conftest import assert_nothing_left
 from tests.serverproc import free_port
@@ -37,7 +38,7 @@ def base(tiny_model_path: Path, ray_tmp: str) -> Iterator[str]:
     port = free_port()
     spec = FleetSpec(
         model=("tiny", str(tiny_model_path), None),
-        serve_argv=("-threads", "1", "-ctx", "2048", "-concurrency", "4"),
+        server=ServerConfig(runtime=RuntimeConfig(threads=1, ctx=2048, concurrency=4)),
         app_name="auto",
         port=port,
         replicas=1,

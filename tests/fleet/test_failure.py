@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from llamay.config import RuntimeConfig, ServerConfig
 from llamay.fleet.spec import REPLICA_HEADER, FleetSpec
 from tests.fleet.conftest import Fleet, assert_nothing_left
 from tests.serverproc import free_port
@@ -33,7 +34,7 @@ def fleet(tiny_model_path: Path, ray_tmp: str, tmp_path_factory: pytest.TempPath
     port = free_port()
     spec = FleetSpec(
         model=("tiny", str(tiny_model_path), None),
-        serve_argv=("-threads", "1", "-ctx", "2048", "-concurrency", "4"),
+        server=ServerConfig(runtime=RuntimeConfig(threads=1, ctx=2048, concurrency=4)),
         port=port,
         replicas=2,
         cpus_per_replica=0.5,

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from llamay.config import RuntimeConfig, ServerConfig
 from llamay.fleet.spec import REPLICA_HEADER, FleetSpec
 from tests.fleet.conftest import assert_nothing_left
 from tests.serverproc import free_port
@@ -41,7 +42,7 @@ def cluster(ray_tmp: str) -> Iterator[None]:
 def spec_of(model: Path, state: Path, port: int, app: str, router: str) -> FleetSpec:
     return FleetSpec(
         model=("tiny", str(model), None),
-        serve_argv=("-threads", "1", "-ctx", "2048", "-concurrency", "4"),
+        server=ServerConfig(runtime=RuntimeConfig(threads=1, ctx=2048, concurrency=4)),
         app_name=app,
         port=port,
         replicas=2,

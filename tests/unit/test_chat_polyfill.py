@@ -124,3 +124,50 @@ def test_firefunction_variables_are_provided() -> None:
     out = t.render([{"role": "user", "content": "hi"}], tools=tools)
     assert out.startswith('[\n  {\n    "type": "function"') and out.endswith("|[user]hi")
     assert t.render([{"role": "user", "content": "hi"}]).startswith("|")
+
+
+def test_missing_descriptions_become_empty_for_a_template_that_concatenates_them() -> None:
+    # Command R+: `'): ' + param_fields.description` for every parameter.
+    source = (
+        "{% for t in tools or [] %}{{ t.function.name + ':' + t.function.description }}"
+        "{% for k, p in t.function.parameters.properties | items %}{{ '(' + k + ') ' + p.description }}"
+        "{% endfor %};{% endfor %}" + LOOP
+    )
+    t = ChatTemplate(source)
+    assert t.needs.describe_tools
+    bare = {"type": "object", "properties": {"x": {"type": "string"}}}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": bare}}]
+    assert t.render([{"role": "user", "content": "hi"}], tools=tools) == "f:(x) ;[user]hi"
+    described = [{"type": "function", "function": {"name": "f", "description": "F", "parameters": {
+        "type": "object", "properties": {"x": {"type": "string", "description": "X"}}}}}]  # fmt: skip
+    assert t.render([{"role": "user", "content": "hi"}], tools=described) == "f:F(x) X;[user]hi"
+    assert not ChatTemplate(LOOP).needs.describe_tools
+
+
+NINE_ONLY = (
+    "{% for m in messages %}{% for c in m.tool_calls or [] %}"
+    "{% if c.id is not string or c.id | length != 9 %}{{ raise_exception('ids of 9') }}{% endif %}"
+    "<{{ c.id }}>{% endfor %}{% if m.role == 'tool' %}"
+    "{% if m.tool_call_id | length != 9 %}{{ raise_exception('ids of 9') }}{% endif %}"
+    "({{ m.tool_call_id }}){% endif %}[{{ m.role }}]{{ m.content or '' }}{% endfor %}"
+)
+
+
+def test_call_ids_become_nine_alphanumerics_for_mistral_style_templates() -> None:
+    t = ChatTemplate(NINE_ONLY)
+    assert t.needs.call_ids
+    out = t.render(HISTORY, add_generation_prompt=False)
+    call_id = out[out.index("<") + 1 : out.index(">")]
+    assert len(call_id) == 9 and call_id.isalnum() and f"({call_id})[tool]" in out
+    # Ollama's clients send calls without ids and results without a tool_call_id:
+    # each result gets the id of the next call not yet answered.
+    ollama = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"function": {"name": "f", "arguments": {}}}, {"function": {"name": "g", "arguments": {}}}]},
+        {"role": "tool", "content": "r1"},
+        {"role": "tool", "content": "r2"},
+    ]  # fmt: skip
+    out = t.render(ollama, add_generation_prompt=False)
+    assert "<call00001><call00002>" in out and "(call00001)[tool]r1(call00002)[tool]r2" in out
+    assert not ChatTemplate(LOOP).needs.call_ids

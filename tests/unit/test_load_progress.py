@@ -13,8 +13,9 @@ import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-import llamay.runtime as runtime_mod
+import llamay.runtime.resident as runtime_mod
 from llamay.api.ollama.routes import ollama_routes
+from llamay.api.state import server_state
 from llamay.errors import Conflict
 from llamay.runtime import LoadRefused, Runtime, RuntimeConfig
 from llamay.testing import write_tiny_llama
@@ -48,7 +49,7 @@ class SlowRuntime:
 
 def post_load(runtime: Any, **body: Any) -> Any:
     app = Starlette(routes=ollama_routes())
-    app.state.runtime = runtime
+    app.state = server_state(runtime)
     return TestClient(app).post("/api/load", json={"model": "big", **body})
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from llamay.api.ollama import adapter
 from llamay.api.ollama.reply import Reply, Step
-from llamay.api.ollama.schemas import Generation
+from llamay.api.ollama.schemas import Generation, knobs_of
 from llamay.chat.flow import ChatSetup, Piece
+from llamay.chat.pipeline import run_spec
 from llamay.chat.reasoning import ReasoningMarkers
 from llamay.chat.tools import HermesFormat, ToolCall, ToolSpec
 from llamay.chat.traits import Traits
@@ -111,10 +112,10 @@ def test_logprob_json_floors_minus_infinity() -> None:
 
 def test_run_spec_and_whole_context_repeat() -> None:
     gen = Generation(SamplingParams(temperature=0.0, repeat_last_n=0), ("END",), 500, None, True)
-    spec = adapter.run_spec(gen, 100, default_max=50)
+    spec = run_spec(knobs_of(gen), 100, default_max=50)
     assert (spec.max_tokens, spec.stop, spec.default_max, spec.n) == (500, ("END",), 50, 1)
     assert spec.sampling.repeat_last_n == 100
-    free = adapter.run_spec(Generation(num_predict=None), 100, default_max=50)
+    free = run_spec(knobs_of(Generation(num_predict=None)), 100, default_max=50)
     assert (free.max_tokens, free.sampling.repeat_last_n) == (None, 64)
 
 

@@ -14,6 +14,7 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from llamay.api.ollama.routes import ollama_routes
+from llamay.api.state import server_state
 from llamay.errors import Conflict, ModelNotFound, StoreError
 
 Progress = Callable[[dict[str, Any]], None]
@@ -76,7 +77,7 @@ class FakeRuntime:
 
 def client(runtime: Any) -> TestClient:
     app = Starlette(routes=ollama_routes())
-    app.state.runtime = runtime
+    app.state = server_state(runtime)
     return TestClient(app)
 
 

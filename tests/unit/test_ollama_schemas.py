@@ -186,10 +186,10 @@ def test_bad_generate_fields_are_named(body: dict[str, Any], param: str) -> None
 
 def test_model_defaults_go_under_request_options() -> None:
     c = parse_chat({"messages": [], "options": {"temperature": 0.1}, "top_logprobs": 1}).common
-    assert c.with_model_defaults({}) is c
-    d = c.with_model_defaults({"temperature": 0.7, "top_k": 3, "stop": ["END"], "num_predict": 9})
-    s = d.gen.sampling
-    assert (s.temperature, s.top_k, s.top_logprobs, d.gen.stop, d.gen.num_predict) == (0.1, 3, 1, ("END",), 9)
+    assert c.knobs.under({}) is c.knobs
+    d = c.knobs.under({"temperature": 0.7, "top_k": 3, "stop": ["END"], "num_predict": 9})
+    s = d.sampling
+    assert (s.temperature, s.top_k, s.top_logprobs, d.stop, d.max_tokens) == (0.1, 3, 1, ("END",), 9)
 
 
 def test_format_keywords_that_cannot_be_enforced_are_refused_when_strict() -> None:

@@ -12,11 +12,11 @@ from typing import Any, cast
 import pydantic
 from openai.types.responses import ResponseStreamEvent
 
-from llamay.api.openai.responses import Turn, _Stream
-from llamay.api.openai.responses_render import ResponseBuilder, base_json
+from llamay.api.openai.responses import Turn
+from llamay.api.openai.responses_render import ResponseBuilder, ResponseRenderer, base_json
 from llamay.api.openai.responses_schema import parse_responses
 from llamay.chat.flow import Piece
-from llamay.chat.pipeline import Delta
+from llamay.chat.pipeline import Delta, Frames
 from llamay.errors import EngineError
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
@@ -47,6 +47,12 @@ def turn(gen: FailingGeneration) -> Turn:
     return Turn(cast(Any, request), req, cast(Any, None), builder, [], gen=cast(Any, gen))
 
 
+def stream_of(gen: FailingGeneration) -> Frames[bytes]:
+    """The turn's event stream, as the route builds it."""
+    t = turn(gen)
+    return Frames(cast(Any, gen), ResponseRenderer(t.builder, streaming=True), cleanup=t.abandon)
+
+
 def events_of(frames: list[bytes]) -> list[dict[str, Any]]:
     out = []
     for frame in frames:
@@ -61,7 +67,7 @@ def test_a_failure_midway_is_one_error_event_and_closes_the_generation() -> None
     gen = FailingGeneration()
 
     async def run() -> list[bytes]:
-        stream = _Stream(turn(gen))
+        stream = stream_of(gen)
         frames = [frame async for frame in stream]
         await stream.aclose()
         return frames
@@ -77,5 +83,5 @@ def test_a_failure_midway_is_one_error_event_and_closes_the_generation() -> None
 
 def test_a_stream_closed_before_its_first_frame_closes_the_generation() -> None:
     gen = FailingGeneration()
-    asyncio.run(_Stream(turn(gen)).aclose())
+    asyncio.run(stream_of(gen).aclose())
     assert gen.closed == 1

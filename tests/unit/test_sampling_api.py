@@ -10,8 +10,8 @@ import pytest
 from llamay.api.anthropic.schemas import parse_messages_request
 from llamay.api.ollama.schemas import parse_chat as ollama_chat
 from llamay.api.ollama.schemas import parse_options
-from llamay.api.openai.schemas import parse_chat, parse_completion, with_defaults
-from llamay.chat.defaults import effective_params, server_defaults
+from llamay.api.openai.schemas import parse_chat, parse_completion
+from llamay.chat.prepare import effective_params, server_defaults
 from llamay.cli.main import build_parser
 from llamay.cli.serve import sampling_flags
 from llamay.errors import InvalidRequest
@@ -109,25 +109,25 @@ def test_defaults_chain_under_the_request() -> None:
         "stop": ["x"],
         "num_ctx": 9,
     }
-    common = with_defaults(parse_chat({**CHAT, "temperature": 0.9}).common, defaults)
+    common = parse_chat({**CHAT, "temperature": 0.9}).common.knobs().under(defaults)
     s = common.sampling
     assert (s.temperature, s.top_k, s.mirostat, s.repeat_last_n) == (0.9, 20, 2, 64)
-    unset = with_defaults(parse_chat(CHAT).common, {})
+    unset = parse_chat(CHAT).common.knobs().under({})
     assert unset.sampling == parse_chat(CHAT).common.sampling  # nothing set: today's defaults
     with pytest.raises(InvalidRequest) as err:
-        with_defaults(parse_chat(CHAT).common, {"top_p": 3.0})
+        parse_chat(CHAT).common.knobs().under({"top_p": 3.0})
     assert err.value.param == "top_p"
 
 
 def test_anthropic_gets_the_defaults_under_its_own_fields() -> None:
     body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], "top_k": 3}
-    req = parse_messages_request(body).with_defaults({"temperature": 0.3, "top_k": 40, "min_p": 0.05})
+    req = parse_messages_request(body).knobs.under({"temperature": 0.3, "top_k": 40, "min_p": 0.05})
     assert (req.sampling.temperature, req.sampling.top_k, req.sampling.min_p) == (0.3, 3, 0.05)
 
 
 def test_ollama_options_over_model_defaults() -> None:
     c = ollama_chat({"model": "m", "messages": [], "options": {"top_k": 7}}).common
-    s = c.with_model_defaults({"temperature": 0.3, "top_k": 20, "mirostat": 1}).gen.sampling
+    s = c.knobs.under({"temperature": 0.3, "top_k": 20, "mirostat": 1}).sampling
     assert (s.temperature, s.top_k, s.mirostat) == (0.3, 7, 1)
 
 

@@ -42,6 +42,7 @@ MARKERS = {
     ),
     "starcoder": (*THINK, "<|tool_call|>"),
     "phi-3": (),
+    "gemma-4": (),
 }  # fmt: skip
 
 # format -> (vocabulary, the family's template)
@@ -66,6 +67,7 @@ FAMILIES = {
     "command_r7b": ("command-r", "CohereForAI-c4ai-command-r7b-12-2024-tool_use"),
     "granite": ("starcoder", "ibm-granite-granite-3.3-2B-Instruct"),
     "generic": ("phi-3", "microsoft-Phi-3.5-mini-instruct"),
+    "gemma4": ("gemma-4", "google-gemma-4-31B-it"),
 }
 
 TOOLS = parse_tools(

@@ -166,7 +166,7 @@ DETECTED = {
     "mistralai-Ministral-3-14B-Reasoning-2512": ("mistral_args", ("[THINK]", "[/THINK]")),
     "microsoft-Phi-3.5-mini-instruct": ("generic", None),
     "google-gemma-2-2b-it": ("generic", None),
-    "google-gemma-4-31B-it": ("generic", ("<|channel>thought", "<channel|>")),
+    "google-gemma-4-31B-it": ("gemma4", ("<|channel>thought", "<channel|>")),
     "CohereForAI-c4ai-command-r-plus-tool_use": ("command_r_plus", None),
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use": (
         "command_r7b",

@@ -1,15 +1,23 @@
 """Pure functions between engine records and Anthropic's JSON: messages, usage, stop
-reasons, stream events and error bodies. No I/O here, so everything is tested with
-golden JSON."""
+reasons, stream events; and `MessageRenderer`, which turns the chat pipeline's steps into
+a Messages reply, streamed as Anthropic's SSE events or whole as one message (one
+`BlockAssembler` serves both, so the two hold the same blocks). No I/O here, so
+everything is tested with golden JSON."""
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ...errors import EngineError, LlamayError
 from ...types import FinishEvent, Usage
+from ..errors import error_body
+from ..http import SSE, sse_event  # `event:` and `data:` lines, as Anthropic frames every event
+from .blocks import BlockAssembler
+
+if TYPE_CHECKING:
+    from ...chat.pipeline import Choice, Delta, Done, Generation
 
 __all__ = [
     "new_message_id",
@@ -20,6 +28,7 @@ __all__ = [
     "message_start",
     "message_delta",
     "sse_event",
+    "MessageRenderer",
 ]
 
 
@@ -99,7 +108,77 @@ def message_delta(reason: str, stop_sequence: str | None, usage: dict[str, Any])
     }
 
 
-def sse_event(event: dict[str, Any]) -> bytes:
-    """`event: <type>` and `data: <json>` lines, as Anthropic frames every event."""
-    data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {event['type']}\ndata: {data}\n\n".encode()
+NOTHING: tuple[bytes, ...] = ()
+
+
+def _check(choice: Choice) -> dict[str, Any]:
+    """A schema not enforced in full: say so, and whether the answer satisfies it."""
+    return {"schema_check": choice.check} if choice.check is not None else {}
+
+
+class MessageRenderer:
+    """One message (Messages takes no `n`). `stops`: the request's stop sequences (the
+    raw token bytes tell which one matched); `mark`: prompt tokens up to the last cache
+    breakpoint (for the usage split); `shown` False withholds thinking text."""
+
+    media_type = SSE
+
+    def __init__(
+        self,
+        mid: str,
+        model: str,
+        *,
+        streaming: bool,
+        stops: tuple[str, ...],
+        shown: bool,
+        mark: int,
+        prompt_tokens: int,
+    ) -> None:
+        self.mid = mid
+        self.model = model
+        self.streaming = streaming
+        self.stops = stops
+        self.mark = mark
+        self.prompt_tokens = prompt_tokens
+        self.blocks = BlockAssembler(shown=shown)
+        self.released = ""  # the text the engine let out
+        self.raw = b""  # every generated token's bytes
+
+    def start(self, gen: Generation) -> Sequence[bytes]:
+        if not self.streaming:
+            return NOTHING
+        return [
+            sse_event(message_start(self.mid, self.model, self.prompt_tokens)),
+            sse_event({"type": "ping"}),
+        ]
+
+    def delta(self, step: Delta) -> Sequence[bytes]:
+        if step.token is not None:
+            self.released += step.token.text
+            self.raw += step.token.token_bytes
+        events = self.blocks.push(step.pieces)
+        return [sse_event(e) for e in events] if self.streaming else NOTHING
+
+    def done(self, step: Done) -> Sequence[Any]:
+        """Raises EngineError when the engine could not complete the reply."""
+        choice = step.choice
+        fin = choice.finish
+        if fin.reason not in ("stop", "length", "tool_calls"):
+            raise EngineError(fin.message or f"generation ended early ({fin.reason})")
+        self.released += fin.text
+        events = self.blocks.push(step.pieces) + self.blocks.close()
+        seq = matched_stop(self.raw, self.released, self.stops) if fin.reason == "stop" else None
+        reason = stop_reason(fin, tool_use=self.blocks.has_tool_use, stop_sequence=seq)
+        seq = seq if reason == "stop_sequence" else None
+        usage = usage_json(choice.usage, self.mark)
+        if not self.streaming:
+            body = message_json(self.mid, self.model, self.blocks.blocks, reason, seq, usage)
+            return [{**body, **_check(choice)}]
+        return [
+            *(sse_event(e) for e in events),
+            sse_event({**message_delta(reason, seq, usage), **_check(choice)}),
+            sse_event({"type": "message_stop"}),
+        ]
+
+    def error(self, exc: LlamayError) -> Sequence[bytes]:
+        return [sse_event(error_body(exc, "anthropic"))]

@@ -14,6 +14,7 @@ from ...errors import InvalidRequest, LlamayError
 from ...runtime import LoadedModel, Runtime
 from ..errors import error_response
 from ..http import json_response
+from ..state import state_of
 
 __all__ = ["speaks_anthropic", "model_json", "models_page", "list_models", "get_model"]
 
@@ -69,7 +70,7 @@ def _limit(request: Request) -> int:
 
 
 async def list_models(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
+    runtime: Runtime = state_of(request).runtime
     try:
         q = request.query_params
         page = models_page(
@@ -81,7 +82,7 @@ async def list_models(request: Request) -> Response:
 
 
 async def get_model(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
+    runtime: Runtime = state_of(request).runtime
     try:
         m = runtime.get(request.path_params["model"])
     except LlamayError as exc:

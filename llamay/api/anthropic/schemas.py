@@ -10,11 +10,11 @@ Defaults where Anthropic's and a local model's differ:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ...chat.flow import ChatOptions
+from ...chat.prepare import Knobs
 from ...chat.tools import ToolChoice, ToolSpec, parse_tools
 from ...errors import InvalidRequest
 from ...grammar import Grammar
@@ -59,10 +59,13 @@ class MessagesRequest:
     marked: tuple[ChatOptions, str | None] | None = None
     sampling_given: frozenset[str] = frozenset()  # sampling fields the body set
 
-    def with_defaults(self, defaults: Mapping[str, Any]) -> MessagesRequest:
-        """This request with a model's and the server's sampling defaults (see
-        SamplingParams.with_defaults) under the fields the body set."""
-        return replace(self, sampling=self.sampling.with_defaults(defaults, self.sampling_given))
+    @property
+    def knobs(self) -> Knobs:
+        """The pipeline's knobs: the model's and the server's sampling defaults go under the
+        fields the body set (`Knobs.under`)."""
+        return Knobs(
+            sampling=self.sampling, given=self.sampling_given, max_tokens=self.max_tokens, stop=self.stop
+        )
 
 
 def _tool(raw: Any, where: str, marked: bool) -> dict[str, Any]:
@@ -201,6 +204,7 @@ def parse_messages_request(body: Any, *, counting: bool = False) -> MessagesRequ
         thinking=thinking.on,
         thinking_budget=thinking.budget,
         finish_tool=False,
+        effort="on" if thinking.on else None,
     )
     marked = None
     if spot is not None:

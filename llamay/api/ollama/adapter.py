@@ -5,19 +5,15 @@ tested with golden JSON. Model descriptions (tags, ps, show) live in `describe`.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from ...chat.pipeline import RunSpec
 from ...chat.tools import ToolCall
 from ...types import FinishEvent, TokenEvent
-from .schemas import Generation
 
 __all__ = [
     "iso_time",
     "nanos",
-    "run_spec",
     "done_reason",
     "stats_json",
     "call_arguments",
@@ -40,16 +36,6 @@ def iso_time(ts: float) -> str:
 
 def nanos(seconds: float) -> int:
     return max(0, int(seconds * 1e9))
-
-
-def run_spec(gen: Generation, n_ctx: int, *, default_max: int) -> RunSpec:
-    """The pipeline's RunSpec: num_predict as max_tokens (the pipeline caps it by what the
-    context leaves, and bounds constrained output without it); Ollama's repeat_last_n -1
-    means the whole context."""
-    sampling = gen.sampling
-    if gen.repeat_whole_context:
-        sampling = replace(sampling, repeat_last_n=n_ctx)
-    return RunSpec(sampling=sampling, max_tokens=gen.num_predict, stop=gen.stop, default_max=default_max)
 
 
 def done_reason(fin: FinishEvent) -> str:

@@ -24,6 +24,7 @@ from ...store.gguf_header import HeaderCache
 from ..embeddings import MAX_INPUTS, find_encoder, served_encoders
 from ..fields import Fields
 from ..http import read_json
+from ..state import state_of
 from . import describe
 from .adapter import iso_time
 from .common import (
@@ -88,7 +89,7 @@ def _tags(runtime: Any, cache: HeaderCache, encoders: list[Encoder]) -> list[dic
 
 
 async def tags(request: Request) -> Response:
-    runtime, cache = request.app.state.runtime, headers(request)
+    runtime, cache = state_of(request).runtime, headers(request)
     models = await asyncio.to_thread(_tags, runtime, cache, served_encoders(request))
     return JSONResponse({"models": models})
 
@@ -112,7 +113,7 @@ def _ps(runtime: Any, cache: HeaderCache) -> list[dict[str, Any]]:
 
 
 async def ps(request: Request) -> Response:
-    models = await asyncio.to_thread(_ps, request.app.state.runtime, headers(request))
+    models = await asyncio.to_thread(_ps, state_of(request).runtime, headers(request))
     return JSONResponse({"models": models})
 
 
@@ -166,7 +167,7 @@ async def show(request: Request) -> Response:
     f = Fields(await read_json(request))
     name = f.text("model") or f.text("name") or ""
     verbose = bool(f.flag("verbose", False))
-    runtime, cache, enc = request.app.state.runtime, headers(request), find_encoder(request, name)
+    runtime, cache, enc = state_of(request).runtime, headers(request), find_encoder(request, name)
     body = await asyncio.to_thread(_show, runtime, cache, name, verbose, enc)
     return JSONResponse(body)
 
@@ -187,7 +188,7 @@ async def load(request: Request) -> Response:
     f = Fields(await read_json(request))
     keep_alive = parse_keep_alive(f.raw("keep_alive"))
     name = f.text("model") or ""
-    runtime = request.app.state.runtime
+    runtime = state_of(request).runtime
     was_loaded = _find_loaded(runtime, name) is not None
     if not f.flag("stream", True) or not hasattr(runtime, "load_progress"):
         lm, load_ns = await use_model(request, name, keep_alive)
@@ -236,7 +237,7 @@ async def _load_lines(runtime: Any, name: str, task: asyncio.Future[Any]) -> Asy
 async def unload(request: Request) -> Response:
     """llamay's own: unload one model now (Ollama's way: an empty generate, keep_alive 0)."""
     name = Fields(await read_json(request)).text("model", required=True)
-    done = await runtime_feature(request, "runtime", "unload")(loaded_alias(request.app.state.runtime, name))
+    done = await runtime_feature(request, "runtime", "unload")(loaded_alias(state_of(request).runtime, name))
     return JSONResponse({"status": "success", "unloaded": bool(done)})
 
 

@@ -2,7 +2,7 @@
 
 Sampling defaults are Ollama's (temperature 0.8, top_k 40, top_p 0.9, repeat_penalty 1.1
 over the last 64 tokens), so code written for Ollama samples the same way here, with a
-model's own and the server's defaults over them (`Common.with_model_defaults`). Every
+model's own and the server's defaults over them (`OllamaKnobs.under`). Every
 sampling option works (mirostat, tfs_z, and llama.cpp's xtc_* and dry_* names too) or is a
 400 naming it; options that tune hardware or loading (GPU layers, mmap, threads, ...) are
 accepted and ignored; unknown options are logged and ignored, as Ollama does.
@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+from ...chat.prepare import Knobs
 from ...chat.tools import ToolSpec, parse_tools
 from ...errors import InvalidRequest
 from ...grammar import Grammar
@@ -27,6 +29,8 @@ from .messages import chat_messages, no_images
 __all__ = [
     "Common",
     "Generation",
+    "OllamaKnobs",
+    "knobs_of",
     "OllamaChat",
     "OllamaGenerate",
     "parse_chat",
@@ -95,14 +99,42 @@ class Common:
     logprobs: bool
     options: dict[str, Any] = field(default_factory=dict)
 
-    def with_model_defaults(self, params: Mapping[str, Any]) -> Common:
-        """This request with a model's own parameters (from `create`, or the GGUF's
-        general.sampling.*) under its options: request over model over Ollama's defaults."""
+    @cached_property
+    def knobs(self) -> OllamaKnobs:
+        """The pipeline's knobs, with a model's parameters to go under the options."""
+        return knobs_of(self.gen, self.options)
+
+
+@dataclass(frozen=True)
+class OllamaKnobs(Knobs):
+    """Knobs read from Ollama's `options`. A model's parameters (from `create`, or the
+    GGUF's general.sampling.*, or the server's flags) go under them by reading the options
+    again over them: request over model over Ollama's defaults, for every option (a
+    model's `stop` and `num_predict` too). `num_ctx`: what the client asked for (logged)."""
+
+    options: Mapping[str, Any] = field(default_factory=dict)
+    num_ctx: int | None = None
+
+    def under(self, params: Mapping[str, Any]) -> OllamaKnobs:
         if not params:
             return self
-        s = self.gen.sampling
+        s = self.sampling
         gen = parse_options({**params, **self.options}, logprobs=s.logprobs, top_logprobs=s.top_logprobs)
-        return replace(self, gen=gen)
+        return knobs_of(gen, self.options)
+
+
+def knobs_of(gen: Generation, options: Mapping[str, Any] | None = None) -> OllamaKnobs:
+    """Parsed options as the pipeline's knobs: num_predict is max_tokens, and every
+    token's events are kept (for the final object's `context` and log-probs)."""
+    return OllamaKnobs(
+        sampling=gen.sampling,
+        max_tokens=gen.num_predict,
+        stop=gen.stop,
+        keep_tokens=True,
+        whole_context_repeat=gen.repeat_whole_context,
+        options=dict(options or {}),
+        num_ctx=gen.num_ctx,
+    )
 
 
 @dataclass(frozen=True)

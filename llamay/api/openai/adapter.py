@@ -1,15 +1,26 @@
-"""Pure functions between OpenAI shapes and engine records: prompts in, JSON out.
-No I/O here, so everything is tested with golden JSON."""
+"""Pure functions between OpenAI shapes and engine records: prompts in, JSON out; and the
+renderers that turn the chat pipeline's steps into chat completions and text completions,
+streamed (SSE chunks, the usage chunk if asked, [DONE]) or whole (one JSON body). No I/O
+here, so everything is tested with golden JSON."""
 
 from __future__ import annotations
 
 import codecs
+import json
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ...errors import EngineError, LlamayError
 from ...types import FinishEvent, PromptLogprob, TokenEvent, TopLogprob, Usage
+from ..errors import error_body
+from ..http import SSE
+
+if TYPE_CHECKING:
+    from ...chat.flow import Piece
+    from ...chat.pipeline import Choice, Delta, Done, Generation
 
 __all__ = [
     "new_id",
@@ -27,6 +38,10 @@ __all__ = [
     "chat_message",
     "finish_chunk",
     "usage_chunk",
+    "sse_frame",
+    "message_json",
+    "ChatRenderer",
+    "CompletionRenderer",
 ]
 
 
@@ -292,3 +307,214 @@ def completion_chunk(
     if with_usage_field:
         chunk["usage"] = None
     return chunk
+
+
+# -- the renderers: the chat pipeline's steps as OpenAI's answers (see chat/pipeline.py) ----
+
+NOTHING: tuple[bytes, ...] = ()
+
+
+def sse_frame(data: Any) -> bytes:
+    """One OpenAI stream event: a `data:` line (JSON, or text such as [DONE])."""
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return f"data: {payload}\n\n".encode()
+
+
+class _Base:
+    """What both renderers share: the stream's id, model and creation time, the count of
+    choices ended, and (whole) the choices or (streamed) their usages."""
+
+    media_type = SSE
+    obj = ""
+
+    def __init__(self, rid: str, model: str, *, streaming: bool, include_usage: bool) -> None:
+        self.rid = rid
+        self.model = model
+        self.streaming = streaming
+        self.include_usage = include_usage
+        self.created = int(time.time())
+        self.n = 1
+        self.choices: list[Choice] = []
+        self.usages: list[Usage] = []
+
+    def start(self, gen: Generation) -> Sequence[Any]:
+        self.n = len(gen.streams)
+        return self.opening() if self.streaming else NOTHING
+
+    def opening(self) -> list[bytes]:
+        return []
+
+    def done(self, step: Done) -> Sequence[Any]:
+        c = step.choice
+        if not self.streaming:
+            self.choices.append(c)
+            if len(self.choices) < self.n:
+                return NOTHING
+            return [self.body(sorted(self.choices, key=lambda x: x.index))]
+        self.usages.append(c.finish.usage)
+        frames = self.last(step)
+        if len(self.usages) == self.n:
+            if self.include_usage:
+                usage = usage_chunk(self.rid, self.model, self.created, self.obj, self.usages)
+                frames.append(sse_frame(usage))
+            frames.append(sse_frame("[DONE]"))
+        return frames
+
+    def error(self, exc: LlamayError) -> Sequence[bytes]:
+        return [sse_frame(error_body(exc, "openai"))]
+
+    def last(self, step: Done) -> list[bytes]:  # pragma: no cover - each renderer's own
+        raise NotImplementedError
+
+    def body(self, choices: list[Choice]) -> dict[str, Any]:  # pragma: no cover - each renderer's own
+        raise NotImplementedError
+
+
+def _delta(piece: Piece) -> dict[str, Any]:
+    if piece.kind == "reasoning":
+        return {"reasoning_content": piece.text}
+    if piece.kind == "content":
+        return {"content": piece.text}
+    if piece.kind == "call":
+        call = {"index": piece.index, "id": piece.id, "type": "function",
+                "function": {"name": piece.name, "arguments": ""}}  # fmt: skip
+        return {"tool_calls": [call]}
+    return {"tool_calls": [{"index": piece.index, "function": {"arguments": piece.text}}]}
+
+
+def message_json(out: dict[str, Any], choice: Choice) -> None:
+    """Fill a whole chat choice `out` with its message (reasoning, tool calls) and its
+    schema check (a schema not enforced in full: whether the answer satisfies it)."""
+    message = chat_message(choice.content)
+    if choice.reasoning:
+        message["reasoning_content"] = choice.reasoning
+    if choice.calls:
+        message["content"] = choice.content or None
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in choice.calls
+        ]
+        if choice.finish.reason == "stop":
+            out["finish_reason"] = "tool_calls"
+    out["message"] = message
+    if choice.check is not None:
+        out["schema_check"] = choice.check
+
+
+class ChatRenderer(_Base):
+    """POST /v1/chat/completions. `logprobs`: each token's log-prob goes with its content."""
+
+    obj = "chat.completion.chunk"
+
+    def __init__(self, rid: str, model: str, *, streaming: bool, include_usage: bool, logprobs: bool) -> None:
+        super().__init__(rid, model, streaming=streaming, include_usage=include_usage)
+        self.logprobs = logprobs
+
+    def _chunk(self, i: int, delta: dict[str, Any], **kw: Any) -> bytes:
+        chunk = chat_chunk(
+            self.rid, self.model, self.created, i, delta, with_usage_field=self.include_usage, **kw
+        )
+        return sse_frame(chunk)
+
+    def opening(self) -> list[bytes]:
+        return [self._chunk(i, {"role": "assistant", "content": "", "refusal": None}) for i in range(self.n)]
+
+    def delta(self, step: Delta) -> Sequence[bytes]:
+        if not self.streaming:
+            return NOTHING
+        pieces = step.pieces
+        if self.logprobs and step.token is not None:
+            said = "".join(p.text for p in pieces if p.kind == "content")
+            lp = [chat_logprob_json(step.token)]
+            first = self._chunk(step.index, {"content": said}, logprobs=lp)
+            return [first, *(self._chunk(step.index, _delta(p)) for p in pieces if p.kind != "content")]
+        return [self._chunk(step.index, _delta(p)) for p in pieces]
+
+    def last(self, step: Done) -> list[bytes]:
+        c = step.choice
+        reason = finish_reason(c.finish)
+        if c.calls and c.finish.reason == "stop":
+            reason = "tool_calls"
+        chunk = chat_chunk(
+            self.rid,
+            self.model,
+            self.created,
+            c.index,
+            {},
+            finish=reason,
+            with_usage_field=self.include_usage,
+        )
+        last = finish_chunk(chunk, c.finish, c.check)
+        return [self._chunk(c.index, _delta(p)) for p in step.pieces] + [sse_frame(last)]
+
+    def body(self, choices: list[Choice]) -> dict[str, Any]:
+        body = chat_response(self.rid, self.model, [(c.text, c.finish, c.tokens) for c in choices])
+        for out, choice in zip(body["choices"], choices, strict=True):
+            message_json(out, choice)
+        return body
+
+
+class CompletionRenderer(_Base):
+    """POST /v1/completions, `n` choices per prompt. `echoes[i]`: prompt i echoed (its
+    text, and with `score` its first token's bytes; the engine's scores of the rest come
+    with each choice's finish)."""
+
+    obj = "text_completion"
+
+    def __init__(
+        self,
+        rid: str,
+        model: str,
+        *,
+        streaming: bool,
+        include_usage: bool,
+        logprobs: bool,
+        n: int,
+        echoes: list[Echo],
+        score: bool,
+    ) -> None:
+        super().__init__(rid, model, streaming=streaming, include_usage=include_usage)
+        self.logprobs = logprobs
+        self.per_prompt = n
+        self.echoes = echoes
+        self.score = score
+
+    def _chunk(self, i: int, text: str, **kw: Any) -> dict[str, Any]:
+        return completion_chunk(
+            self.rid, self.model, self.created, i, text, with_usage_field=self.include_usage, **kw
+        )
+
+    def opening(self) -> list[bytes]:
+        echo = self.echoes[0].text if self.echoes else ""
+        return [sse_frame(self._chunk(i, echo)) for i in range(self.n)] if echo else []
+
+    def delta(self, step: Delta) -> Sequence[bytes]:
+        if not self.streaming:
+            return NOTHING
+        text = "".join(p.text for p in step.pieces)
+        if not text and not self.logprobs:
+            return NOTHING
+        lp = completion_logprobs_json([step.token], 0) if self.logprobs and step.token else None
+        return [sse_frame(self._chunk(step.index, text, logprobs=lp))]
+
+    def last(self, step: Done) -> list[bytes]:
+        c = step.choice
+        chunk = self._chunk(c.index, "".join(p.text for p in step.pieces), finish=finish_reason(c.finish))
+        return [sse_frame(finish_chunk(chunk, c.finish, c.check))]
+
+    def body(self, choices: list[Choice]) -> dict[str, Any]:
+        texts: list[tuple[str, Any, Any]] = []
+        echoes: list[Echo] = []
+        for c in choices:
+            echo = self.echoes[c.index // self.per_prompt]
+            if self.score:
+                if c.finish.prompt_logprobs is None:
+                    raise EngineError("the prompt could not be scored (the KV cache is full?)")
+                echo = Echo(echo.text, echo.first, c.finish.prompt_logprobs)
+            texts.append((echo.text + c.text, c.finish, c.tokens))
+            echoes.append(echo)
+        body = completion_response(self.rid, self.model, texts, echoes, self.per_prompt)
+        for out, c in zip(body["choices"], choices, strict=True):
+            if c.check is not None:
+                out["schema_check"] = c.check
+        return body

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-from collections.abc import AsyncGenerator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,16 +20,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ...chat.defaults import sampling_defaults
-from ...chat.flow import ChatOptions, with_finish_default
-from ...chat.pipeline import Choice, Delta, Generation, NewContext, Prompt, RunSpec, chat_prompt, start
+from ...chat.flow import ChatOptions
+from ...chat.pipeline import Choice, Generation, NewContext, Prepared, run
+from ...chat.prepare import ChatInput, Job, Knobs, ModelRef, prepare
 from ...errors import Conflict, InvalidRequest, LlamayError, TooManyRequests
 from ...kv.contexts import ContextRecord
-from ...runtime import LoadedModel, Runtime
+from ...runtime import LoadedModel
 from ..authn import principal_of
-from ..contexts import contexts_of, enforce_quota, owner_check, single_user
-from ..http import json_response, read_json, sse_response, until_disconnect
-from .responses_render import ResponseBuilder, base_json
+from ..http import json_response, read_json, respond
+from ..state import state_of
+from ..tenancy import contexts_of, enforce_quota, owner_check, single_user
+from .responses_render import ResponseBuilder, ResponseRenderer, base_json
 from .responses_schema import ResponsesRequest, conversation_messages, item_id, parse_responses
 from .responses_store import ResponseStore, StoredResponse, page
 
@@ -39,17 +38,14 @@ __all__ = ["responses_routes", "store_of"]
 
 
 def store_of(request: Request) -> ResponseStore:
-    """The app's response store, made on first use."""
-    state = request.app.state
-    store = getattr(state, "responses", None)
-    if store is None:
-        store = state.responses = ResponseStore(contexts_of(request))
-    return store
+    """The app's response store."""
+    return state_of(request).responses
 
 
 @dataclass
 class Turn:
-    """One response being made: where it runs and what to keep when it ends."""
+    """One response being made: where it runs and what to keep when it ends. The driver
+    (chat/pipeline.py) closes the generation; `abandon` frees what only the turn holds."""
 
     request: Request
     req: ResponsesRequest
@@ -65,8 +61,9 @@ class Turn:
     def store(self) -> ResponseStore:
         return store_of(self.request)
 
-    async def finished(self, response: dict[str, Any], choice: Choice) -> None:
+    async def finished(self, response: dict[str, Any] | None, choice: Choice) -> None:
         """Keep the response (if stored) and its context."""
+        assert response is not None
         self.settled = True
         kept = choice.reason in ("stop", "length")  # the engine keeps a context for these
         context = self.fork if self.fork is not None else choice.finish.extra.get("context_id")
@@ -82,32 +79,12 @@ class Turn:
 
     def abandon(self) -> None:
         """The turn ended without a response (an error, a client gone): free its fork."""
-        if self.gen is not None:
-            self.gen.close()
         if not self.settled and self.fork is not None:
             self.settled = True
             self.store.later(self.store.drop_context(self.fork))
 
 
-async def create_response(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
-    body = await read_json(request)
-    # Off the event loop: parsing compiles the tools' and the format's schemas.
-    req = await asyncio.to_thread(parse_responses, body)
-    store = store_of(request)
-    principal = principal_of(request)
-    prev = None
-    if req.previous_response_id is not None:
-        prev = store.get(req.previous_response_id, principal, param="previous_response_id")
-    lm = await runtime.use(req.model or (prev.model if prev is not None else ""))
-    sampling = req.sampling.with_defaults(await sampling_defaults(runtime, lm), req.sampling_given)
-    req = replace(req, sampling=sampling)
-    # The conversation: earlier turns' input and output items, then this input.
-    items = (prev.items + prev.body["output"] if prev is not None else []) + req.items
-    messages = [{"role": "system", "content": req.instructions}] if req.instructions else []
-    messages += conversation_messages(items)
-    if not messages:
-        raise InvalidRequest("'input' must hold at least one item", param="input")
+def _job(req: ResponsesRequest, model: str, messages: list[dict[str, Any]]) -> Job:
     opts = ChatOptions(
         messages=messages,
         # With tool_choice "none" the tools are neither rendered nor parsed for: a reply
@@ -117,38 +94,54 @@ async def create_response(request: Request) -> Response:
         parallel_tool_calls=req.parallel_tool_calls,
         grammar=req.grammar,
         thinking=req.thinking,
+        effort=req.effort if req.effort != "none" else None,
     )
-    spec = RunSpec(sampling=sampling, max_tokens=req.max_output_tokens, default_max=runtime.config.max_tokens)
-    model_name = req.model or lm.name
-    builder = ResponseBuilder(base_json(item_id("resp"), model_name, req), summary=req.summary is not None)
-    turn = Turn(request, req, lm, builder, items)
+    knobs = Knobs(sampling=req.sampling, given=req.sampling_given, max_tokens=req.max_output_tokens)
+    return Job(ModelRef(model), (ChatInput(opts),), knobs)
+
+
+async def create_response(request: Request) -> Response:
+    body = await read_json(request)
+    # Off the event loop: parsing compiles the tools' and the format's schemas.
+    req = await asyncio.to_thread(parse_responses, body)
+    store = store_of(request)
+    prev = None
+    if req.previous_response_id is not None:
+        prev = store.get(req.previous_response_id, principal_of(request), param="previous_response_id")
+    # The conversation: earlier turns' input and output items, then this input.
+    items = (prev.items + prev.body["output"] if prev is not None else []) + req.items
+    messages = [{"role": "system", "content": req.instructions}] if req.instructions else []
+    messages += conversation_messages(items)
+    if not messages:
+        raise InvalidRequest("'input' must hold at least one item", param="input")
     try:
-        # Rendering and tokenizing a long conversation is seconds of work: not on the loop.
-        prompt = await asyncio.to_thread(
-            chat_prompt, lm, with_finish_default(opts, runtime.config.finish_tool)
-        )
-        await _start(
-            turn, prompt, spec, prev.context_id if prev is not None and prev.model == lm.name else None
-        )
+        model = req.model or (prev.model if prev is not None else "")
+        ready = await prepare(state_of(request).runtime, _job(req, model, messages))
+        req = replace(req, sampling=ready.knobs.sampling)  # as it runs, for the response object
+        builder = ResponseBuilder(base_json(item_id("resp"), req.model or ready.lm.name, req),
+                                  summary=req.summary is not None)  # fmt: skip
+        turn = Turn(request, req, ready.lm, builder, items)
+        previous = prev.context_id if prev is not None and prev.model == ready.lm.name else None
+        await _start(turn, ready, previous)
     except LlamayError as exc:
         if exc.param == "messages":  # the chat layer's name for what this API calls input
             exc.param = "input"
         raise
-    if req.stream:
-        return sse_response(_Stream(turn))
-    try:
-        response = await until_disconnect(request, _collect(turn))
-    finally:
-        turn.abandon()
-    return json_response(response)
+    assert turn.gen is not None
+    renderer = ResponseRenderer(builder, streaming=req.stream)
+
+    async def settle(choice: Choice) -> None:
+        await turn.finished(renderer.response, choice)
+
+    return await respond(request, turn.gen, renderer, settle=settle, cleanup=turn.abandon)
 
 
-async def _start(turn: Turn, prompt: Prompt, spec: RunSpec, previous: str | None) -> None:
+async def _start(turn: Turn, ready: Prepared, previous: str | None) -> None:
     """Submit the turn: on a fork of the previous response's context when it has one and
     the prompt extends it, else on its own (kept as a new context when stored)."""
     lm, service = turn.lm, contexts_of(turn.request)
     check = owner_check(turn.request)
-    turn.keep = turn.req.store and await _within_quota(turn.request, len(prompt.tokens))
+    turn.keep = turn.req.store and await _within_quota(turn.request, len(ready.prompts[0].tokens))
     if previous is not None:
         forks: list[ContextRecord] = []
         with contextlib.suppress(LlamayError):  # deleted through /v1/contexts meanwhile: compute it all
@@ -156,7 +149,7 @@ async def _start(turn: Turn, prompt: Prompt, spec: RunSpec, previous: str | None
         for fork in forks:
             try:
                 async with service.reserve(lm, fork.id, check) as held:
-                    turn.gen = await start(lm, prompt, spec, held=held)
+                    turn.gen = run(ready, held=held)
                 turn.fork = fork.id
                 return
             except (Conflict, InvalidRequest) as exc:
@@ -168,7 +161,7 @@ async def _start(turn: Turn, prompt: Prompt, spec: RunSpec, previous: str | None
                 raise
     owner = principal_of(turn.request).owner_tag(single_user(turn.request))
     keep = NewContext(owner) if turn.keep else None
-    turn.gen = await start(lm, prompt, spec, new_context=keep)
+    turn.gen = run(ready, new_context=keep)
 
 
 async def _within_quota(request: Request, tokens: int) -> bool:
@@ -181,66 +174,6 @@ async def _within_quota(request: Request, tokens: int) -> bool:
     except TooManyRequests:
         return False
     return True
-
-
-async def _collect(turn: Turn) -> dict[str, Any]:
-    assert turn.gen is not None
-    async for step in turn.gen:
-        if isinstance(step, Delta):
-            turn.builder.push(step.pieces)
-            continue
-        response, _ = turn.builder.finish(step.choice, step.pieces)
-        await turn.finished(response, step.choice)
-        return response
-    raise InvalidRequest("the generation ended without an answer")  # pragma: no cover
-
-
-class _Stream:
-    """The event stream, closable before it started: the response may end (a client gone
-    at once) before its first frame, and the turn must be abandoned then too."""
-
-    def __init__(self, turn: Turn) -> None:
-        self.turn = turn
-        self.frames = _events(turn)
-
-    def __aiter__(self) -> _Stream:
-        return self
-
-    async def __anext__(self) -> bytes:
-        return await self.frames.__anext__()
-
-    async def aclose(self) -> None:
-        await self.frames.aclose()
-        self.turn.abandon()
-
-
-def _frame(event: dict[str, Any]) -> bytes:
-    data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {event['type']}\ndata: {data}\n\n".encode()
-
-
-async def _events(turn: Turn) -> AsyncGenerator[bytes, None]:
-    """The stream; an engine error after it began is one `error` event, and leaving early
-    closes the generation (which frees its KV) and drops the turn's fork."""
-    assert turn.gen is not None
-    builder = turn.builder
-    try:
-        for event in builder.start():
-            yield _frame(event)
-        async for step in turn.gen:
-            if isinstance(step, Delta):
-                for event in builder.push(step.pieces):
-                    yield _frame(event)
-                continue
-            response, last = builder.finish(step.choice, step.pieces)
-            await turn.finished(response, step.choice)
-            for event in last:
-                yield _frame(event)
-            return
-    except LlamayError as exc:
-        yield _frame(builder.error_event(exc.message, exc.code, exc.param))
-    finally:
-        turn.abandon()
 
 
 async def get_response(request: Request) -> Response:

@@ -10,14 +10,17 @@ whitespace between items (a newline before a tool call) opens no message."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ...chat.flow import Piece
-from ...chat.pipeline import Choice
+from ...chat.pipeline import Choice, Delta, Done, Generation
+from ...errors import LlamayError
 from ...types import Usage
+from ..http import SSE, sse_event
 from .responses_schema import ResponsesRequest, item_id
 
-__all__ = ["ResponseBuilder", "base_json", "usage_json", "status_of"]
+__all__ = ["ResponseBuilder", "ResponseRenderer", "base_json", "usage_json", "status_of"]
 
 J = dict[str, Any]
 
@@ -233,3 +236,30 @@ class ResponseBuilder:
     def error_event(self, message: str, code: str | None, param: str | None) -> J:
         """The stream's `error` event, for a failure after the stream began."""
         return self._ev("error", code=code, message=message, param=param)
+
+
+class ResponseRenderer:
+    """The chat pipeline's steps (see chat/pipeline.py) through a `ResponseBuilder`: its
+    events as SSE frames, or (whole) the final response. `response` is the final response
+    once the choice is done."""
+
+    media_type = SSE
+
+    def __init__(self, builder: ResponseBuilder, *, streaming: bool) -> None:
+        self.builder = builder
+        self.streaming = streaming
+        self.response: J | None = None
+
+    def start(self, gen: Generation) -> Sequence[bytes]:
+        return [sse_event(e) for e in self.builder.start()] if self.streaming else ()
+
+    def delta(self, step: Delta) -> Sequence[bytes]:
+        events = self.builder.push(step.pieces)
+        return [sse_event(e) for e in events] if self.streaming else ()
+
+    def done(self, step: Done) -> Sequence[Any]:
+        self.response, last = self.builder.finish(step.choice, step.pieces)
+        return [sse_event(e) for e in last] if self.streaming else [self.response]
+
+    def error(self, exc: LlamayError) -> Sequence[bytes]:
+        return [sse_event(self.builder.error_event(exc.message, exc.code, exc.param))]

@@ -3,52 +3,32 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ...chat.defaults import sampling_defaults
-from ...chat.fim import fim_prompt
-from ...chat.pipeline import Delta, Done, Generation, Prompt, start, start_batch
+from ...chat.prepare import FimInput, Input, Job, ModelRef, TextInput, prepare, sampling_defaults
 from ...embed.service import Encoder
-from ...engine.request import ConstraintPlan
-from ...errors import EngineError, InvalidRequest, ModelNotFound
-from ...grammar import Grammar
+from ...errors import InvalidRequest, ModelNotFound
 from ...runtime import LoadedModel, Runtime
-from ...types import FinishEvent, TokenEvent
 from ..anthropic import models as anthropic_models
 from ..embeddings import find_encoder, served_encoders
-from ..http import json_response, read_json, sse_response, until_disconnect
-from ..sessions import held_context
+from ..http import json_response, read_json, respond
+from ..state import state_of
 from . import adapter
-from .chat import chat_completions, run_spec, stream_frames
-from .schemas import Common, parse_completion, with_defaults
+from .adapter import CompletionRenderer
+from .chat import chat_completions, submit
+from .schemas import CompletionRequest, parse_completion
 
-__all__ = ["openai_routes"]
-
-
-def completion_prompt(
-    lm: LoadedModel, prompt: str | list[int], grammar: Grammar | None, suffix: str | None = None
-) -> Prompt:
-    if suffix is not None:
-        return fim_prompt(lm, prompt, suffix, grammar)
-    if isinstance(prompt, list):
-        lm.model.check_tokens(prompt)
-        tokens = prompt
-    else:
-        tokens = lm.model.tokenize(prompt, add_special=True, parse_special=False)
-    plan = ConstraintPlan(grammar, label="json") if grammar is not None else None
-    return Prompt(tokens, prompt if isinstance(prompt, str) else None, None, plan, grammar)
+__all__ = ["openai_routes", "completion_job"]
 
 
-async def completions(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
-    # Parsing compiles schemas and tool specs: CPU work, off the event loop.
-    req = await asyncio.to_thread(parse_completion, await read_json(request))
+def completion_job(req: CompletionRequest) -> Job:
+    """The pipeline's job for a parsed completion request: each prompt as plain text
+    (special-token names in it are text) or token ids, or filled in the middle. What the
+    fields cannot do together is a 400 naming one."""
     common = req.common
     # echo with logprobs scores the prompt's own tokens (lm-evaluation-harness log-likelihoods).
     score = req.echo and req.logprobs is not None
@@ -56,82 +36,55 @@ async def completions(request: Request) -> Response:
         raise InvalidRequest("'echo' with 'logprobs' is not supported when streaming", param="stream")
     if score and common.session is not None:
         raise InvalidRequest("'echo' with 'logprobs' cannot score a 'llamay_session' prompt", param="echo")
-    lm = await runtime.use(common.model)
-    common = with_defaults(common, await sampling_defaults(runtime, lm))
-    common.sampling.validate(lm.model.n_vocab)  # logit_bias ids must be in this vocabulary
     if len(req.prompts) > 1 and (common.stream or common.session is not None):
         raise InvalidRequest("streaming and 'llamay_session' take one prompt per request", param="prompt")
     if req.suffix is not None and common.session is not None:
         raise InvalidRequest(
             "'suffix' (fill-in-the-middle) cannot continue a 'llamay_session'", param="suffix"
         )
-    # Tokenizing large prompts is CPU work: off the event loop.
-    prompts = await asyncio.to_thread(
-        lambda: [completion_prompt(lm, p, common.grammar, req.suffix) for p in req.prompts]
+    inputs: list[Input] = [
+        FimInput(p, req.suffix, common.grammar)
+        if req.suffix is not None
+        else TextInput(p, common.grammar, special=False)
+        for p in req.prompts
+    ]
+    knobs = common.knobs(
+        keep_tokens=req.logprobs is not None, prompt_logprobs=req.logprobs if score else None
     )
-    want_lp = req.logprobs is not None
-    spec = run_spec(common, runtime, keep_tokens=want_lp, prompt_logprobs=req.logprobs if score else None)
-    async with held_context(request, lm, common.session) as held:
-        if held is not None:
-            gen = await start(lm, prompts[0], spec, held=held)
-        else:  # every prompt at once, so they share decode steps
-            gen = await start_batch(lm, prompts, spec)
-    rid = adapter.new_id("cmpl")
-    if common.stream:
-        echoed = lm.model.detokenize(gen.prompt.tokens) if req.echo else ""
-        return sse_response(_completion_frames(rid, lm.name, common, gen, echoed, want_lp))
-    got = await until_disconnect(request, gen.collect())
-    choices: list[tuple[str, FinishEvent, list[TokenEvent] | None]] = []
-    echoes: list[adapter.Echo] = []
-    for c in got:
-        tokens = gen.prompts[c.index // common.n].tokens
-        if score and c.finish.prompt_logprobs is None:
-            raise EngineError("the prompt could not be scored (the KV cache is full?)")
-        echo = adapter.Echo(
-            lm.model.detokenize(tokens) if req.echo else "",
-            lm.model.piece(tokens[0]) if score else b"",
-            c.finish.prompt_logprobs if score else None,
+    return Job(ModelRef(common.model), tuple(inputs), knobs)
+
+
+async def completions(request: Request) -> Response:
+    # Parsing compiles schemas and tool specs: CPU work, off the event loop.
+    req = await asyncio.to_thread(parse_completion, await read_json(request))
+    common = req.common
+    score = req.echo and req.logprobs is not None
+    ready = await prepare(state_of(request).runtime, completion_job(req))
+    gen = await submit(request, ready, common.session)
+    model = ready.lm.model
+    echoes = [
+        adapter.Echo(
+            model.detokenize(p.tokens) if req.echo else "", model.piece(p.tokens[0]) if score else b""
         )
-        choices.append((echo.text + c.text, c.finish, c.tokens))
-        echoes.append(echo)
-    body = adapter.completion_response(rid, lm.name, choices, echoes, common.n)
-    for out, c in zip(body["choices"], got, strict=True):
-        if c.check is not None:
-            out["schema_check"] = c.check
-    return json_response(body)
-
-
-def _completion_frames(
-    rid: str, model: str, common: Common, gen: Generation, echo: str, want_lp: bool
-) -> AsyncIterator[bytes]:
-    created = int(time.time())
-    usage_on = common.include_usage
-
-    def chunk(i: int, text: str, **kw: Any) -> dict[str, Any]:
-        return adapter.completion_chunk(rid, model, created, i, text, with_usage_field=usage_on, **kw)
-
-    def frames_of(step: Delta | Done) -> list[dict[str, Any]]:
-        if isinstance(step, Delta):
-            text = "".join(p.text for p in step.pieces)
-            if not text and not want_lp:
-                return []
-            lp = adapter.completion_logprobs_json([step.token], 0) if want_lp and step.token else None
-            return [chunk(step.index, text, logprobs=lp)]
-        c = step.choice
-        last = chunk(c.index, "".join(p.text for p in step.pieces), finish=adapter.finish_reason(c.finish))
-        return [adapter.finish_chunk(last, c.finish, c.check)]
-
-    first = [chunk(i, echo) for i in range(len(gen.streams))] if echo else []
-    usage = None
-    if usage_on:
-        usage = lambda us: adapter.usage_chunk(rid, model, created, "text_completion", us)  # noqa: E731
-    return stream_frames(gen, first, frames_of, usage)
+        for p in gen.prompts
+    ]
+    renderer = CompletionRenderer(
+        adapter.new_id("cmpl"),
+        ready.lm.name,
+        streaming=common.stream,
+        include_usage=common.include_usage,
+        logprobs=req.logprobs is not None,
+        n=common.n,
+        echoes=echoes,
+        score=score,
+    )
+    return await respond(request, gen, renderer)
 
 
 async def list_models(request: Request) -> Response:
     if anthropic_models.speaks_anthropic(request):
         return await anthropic_models.list_models(request)
-    runtime: Runtime = request.app.state.runtime
+    runtime: Runtime = state_of(request).runtime
     models = runtime.models()
     sampling = [await sampling_defaults(runtime, m) for m in models]
     data = [model_json(m, s) for m, s in zip(models, sampling, strict=True)]
@@ -143,7 +96,7 @@ async def list_models(request: Request) -> Response:
 async def get_model(request: Request) -> Response:
     if anthropic_models.speaks_anthropic(request):
         return await anthropic_models.get_model(request)
-    runtime: Runtime = request.app.state.runtime
+    runtime: Runtime = state_of(request).runtime
     name = request.path_params["model"]
     try:
         m = runtime.get(name)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...chat.flow import ChatOptions, effort_budget
+from ...chat.prepare import Knobs
 from ...chat.tools import parse_tool_choice, parse_tools
 from ...engine.repetition import RepetitionParams
 from ...errors import InvalidRequest
@@ -24,7 +24,6 @@ __all__ = [
     "Common",
     "LLAMA_SAMPLING",
     "llama_sampling",
-    "with_defaults",
 ]
 
 MAX_N = 16
@@ -70,6 +69,21 @@ class Common:
     repetition: RepetitionParams | None = None
     cache_prompt: bool = True
     sampling_given: frozenset[str] = field(default_factory=frozenset)  # set by the request
+
+    def knobs(self, *, keep_tokens: bool = False, prompt_logprobs: int | None = None) -> Knobs:
+        """The pipeline's knobs: the model's and the server's sampling defaults go under the
+        fields the request set (`Knobs.under`)."""
+        return Knobs(
+            sampling=self.sampling,
+            given=self.sampling_given,
+            max_tokens=self.max_tokens,
+            stop=self.stop,
+            n=self.n,
+            repetition=self.repetition,
+            cache_prompt=self.cache_prompt,
+            keep_tokens=keep_tokens,
+            prompt_logprobs=prompt_logprobs,
+        )
 
 
 @dataclass(frozen=True)
@@ -139,12 +153,6 @@ def llama_sampling(f: Fields) -> dict[str, Any]:
     else:
         out["dry_sequence_breakers"] = DRY_BREAKERS
     return out
-
-
-def with_defaults(common: Common, defaults: Mapping[str, Any]) -> Common:
-    """`common` with a model's and the server's sampling defaults (see
-    SamplingParams.with_defaults) under the fields the request set."""
-    return replace(common, sampling=common.sampling.with_defaults(defaults, common.sampling_given))
 
 
 def _common(f: Fields, *, default_max: int | None, logprobs: int, min_tokens: int = 1) -> Common:
@@ -293,7 +301,16 @@ def chat_options(f: Fields, messages: list[dict[str, Any]], grammar: Grammar | N
         thinking_budget=_budget(f.integer("reasoning_budget_tokens", None, lo=0), effort),
         template_kwargs=kwargs,
         finish_tool=finish,
+        effort=_asked(f, effort, kwargs),
     )
+
+
+def _asked(f: Fields, effort: str | None, kwargs: dict[str, Any]) -> str | None:
+    """The thinking the body asked for by name (ChatOptions.effort)."""
+    if effort is not None:
+        return None if effort == "none" else effort
+    asked = kwargs.get("enable_thinking") is True or f.raw("think") is True
+    return "on" if asked or (f.integer("reasoning_budget_tokens", None, lo=0) or 0) > 0 else None
 
 
 def _budget(tokens: int | None, effort: str | None) -> int | None:

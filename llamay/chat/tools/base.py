@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...grammar import Grammar
+from ...grammar.shape import Layout
 from ..template import normalize_messages
 from .spec import ToolChoice, ToolSpec, args_rule, openai_tools
 
@@ -43,7 +44,11 @@ Special = Callable[[str], "int | None"]
 model's vocabulary, else None."""
 
 # Bounded so a constrained model cannot spin on blank lines between envelope parts.
-WS_RULE = "ws: /[ \\t\\r\\n]{1,24}/"
+# One gap in a call's envelope: a space, or one or two newlines (between a marker and its
+# JSON, or after a think block), indented when the format's layout is. Wider gaps are valid
+# JSON but only let a model spend its budget on whitespace.
+WS_RULE = "ws: /[ \\t]|\\n{1,2}/"
+INDENTED_WS_RULE = "ws: /[ \\t]|\\n{1,2}[ \\t]{0,16}/"
 
 
 @dataclass(frozen=True)
@@ -182,8 +187,11 @@ def regex_text(text: str) -> str:
 class LarkRules:
     """Accumulates named rules; `grammar(start)` compiles them with `start` as root."""
 
-    def __init__(self) -> None:
-        self._rules: list[str] = [WS_RULE]
+    def __init__(self, layout: Layout = "spaced") -> None:
+        """`layout`: how calls' JSON is laid out ("spaced", or "indented" for formats whose
+        template indents it); it sets the envelope's gaps and the arguments' layout."""
+        self.layout: Layout = layout
+        self._rules: list[str] = [INDENTED_WS_RULE if layout == "indented" else WS_RULE]
         self._names: set[str] = set()
 
     def add(self, name: str, body: str) -> str:
@@ -195,7 +203,7 @@ class LarkRules:
 
     def args(self, index: int, tool: ToolSpec) -> str:
         """The rule for tool `index`'s arguments object."""
-        return self.add(f"args_{index}", args_rule(tool))
+        return self.add(f"args_{index}", args_rule(tool, layout=self.layout))
 
     def call_object(self, tools: Sequence[ToolSpec], args_key: str, *, optional_id: bool = False) -> str:
         """`{"name": "<tool>", "<args_key>": <arguments>}` for any of `tools`, whitespace
@@ -240,7 +248,14 @@ def marked_plan(rules: LarkRules, body: str, opener: str, special: Special, forc
     return ToolPlan(rules.grammar(body), trigger_text=opener)
 
 
-def think_first(plan: ToolPlan, markers: ReasoningMarkers, *, started: bool, special: Special) -> ToolPlan:
+def think_first(
+    plan: ToolPlan,
+    markers: ReasoningMarkers,
+    *,
+    started: bool,
+    special: Special,
+    open_tokens: Sequence[int] = (),
+) -> ToolPlan:
     """An immediate `plan` that lets a reasoning model think before its calls.
 
     Without this a forced tool choice would stop a reasoning model from thinking, and
@@ -249,6 +264,10 @@ def think_first(plan: ToolPlan, markers: ReasoningMarkers, *, started: bool, spe
     `started` -> free reasoning, the close marker, then the calls; otherwise an optional
     whole think block first (for harmony, the analysis message and the start of the
     next one). Lazy plans are returned unchanged: their trigger comes after any thinking.
+    `open_tokens`: the open marker as the model's own tokens; when given, the block opens
+    with exactly those, so the engine, which follows a block by its tokens, sees it open
+    and its thinking budget applies (Gemma 4's `<|channel>thought` is a special token and
+    a word the grammar could otherwise spell in any of several tokenizations).
     """
     if not plan.immediate:
         return plan
@@ -257,7 +276,8 @@ def think_first(plan: ToolPlan, markers: ReasoningMarkers, *, started: bool, spe
     think = f"/(?s:.*)/ <[{close}]>" if close is not None else "think_text"
     if markers.resume:
         think += " " + seq(markers.resume, special)
-    block = think if started else f"{seq(markers.open_tag, special)} {think}"
+    opener = " ".join(f"<[{t}]>" for t in open_tokens) if open_tokens else seq(markers.open_tag, special)
+    block = think if started else f"{opener} {think}"
     lark = plan.grammar.lark.replace("start:", "tool_calls:", 1)
     rules = [f"start: {block} ws? tool_calls" if started else f"start: ({block} ws?)? tool_calls", lark]
     if close is None:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...grammar.shape import Layout
 from ..template import normalize_messages
 from .base import LarkRules, Special, TemplateFormat, ToolPlan, chosen_tools, lit, marked_plan, marker
 from .block import CallSyntax
@@ -86,6 +87,8 @@ class JsonListFormat(TemplateFormat):
     # A tool the template offers the model for answering without a call (Command R+'s
     # "directly-answer"): allowed when the choice is "auto", never reported.
     answer_tool: str | None = None
+    # How the template lays out its calls' JSON (Command R's are indented by four).
+    layout: Layout = "spaced"
 
     def prepare(
         self, messages: list[dict[str, Any]], tools: list[ToolSpec]
@@ -113,7 +116,7 @@ class JsonListFormat(TemplateFormat):
         return {**rest, "content": (m.get("content") or "") + text}
 
     def plan(self, tools: list[ToolSpec], choice: ToolChoice, parallel: bool, special: Special) -> ToolPlan:
-        rules = LarkRules()
+        rules = LarkRules(self.layout)
         id_rule = rules.add("ID", '/"[0-9]{1,3}"/') if self.id_key else None
         chosen = chosen_tools(tools, choice)
         if self.answer_tool and not choice.forced and self.answer_tool not in {t.name for t in tools}:
@@ -169,6 +172,7 @@ COMMAND_R_PLUS = JsonListFormat(
     args_key="parameters",
     fence=("```json", "```"),
     answer_tool="directly-answer",
+    layout="indented",
 )
 COMMAND_R7B = JsonListFormat(
     "command_r7b",
@@ -178,4 +182,5 @@ COMMAND_R7B = JsonListFormat(
     args_key="parameters",
     id_key="tool_call_id",
     close="<|END_ACTION|>",
+    layout="indented",
 )

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from ..template import ChatTemplate
 from .base import Special, ToolFormat
+from .gemma import GemmaFormat
 from .generic import GenericFormat
 from .harmony import HarmonyFormat
 from .hermes import HermesFormat
@@ -49,6 +50,7 @@ _ALL: tuple[ToolFormat, ...] = (
     FunctionaryV31Format(),
     FunctionaryV32Format(),
     HarmonyFormat(),
+    GemmaFormat(),
     PythonicFormat(),
     GRANITE,
     FIREFUNCTION,
@@ -96,7 +98,7 @@ def detect_format(template_source: str | None, special: Special) -> ToolFormat:
     """The tool format a model's chat template was written for.
 
     By the markers the template writes (most specific first): harmony channels ->
-    harmony; Kimi's call sections; MiniMax's `<minimax:tool_call>`; GLM's `<arg_key>`;
+    harmony; Gemma 4's `<|tool_call>call:`; Kimi's call sections; MiniMax's `<minimax:tool_call>`; GLM's `<arg_key>`;
     DeepSeek's `<｜tool▁calls▁begin｜>` (R1 when the arguments sit in a ```json fence,
     else V3.1); `<function=` with `<parameter=` -> Qwen3-Coder XML; `>>>all` ->
     Functionary v3.2; `<function=` -> Functionary v3.1; `functools[` -> Firefunction;
@@ -116,6 +118,8 @@ def detect_format(template_source: str | None, special: Special) -> ToolFormat:
     has = src.__contains__
     if has("<|channel|>") and has("to="):
         return FORMATS["harmony"]
+    if has("<|tool_call>call:"):
+        return FORMATS["gemma4"]
     if has(K_SECTION):
         # The first K2 template numbers calls within a message; later ones keep a counter.
         return KimiFormat(per_message="loop.index0" in src and "tool_call_counter" not in src)

@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeGuard
 
 from ...errors import GrammarError, InvalidRequest
 from ...grammar import Grammar
+from ...grammar.shape import Layout
 
 __all__ = [
     "FINISH_TOOL",
@@ -214,7 +215,7 @@ def openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     return out
 
 
-def args_rule(spec: ToolSpec, *, param: str = "tools") -> str:
+def args_rule(spec: ToolSpec, *, param: str = "tools", layout: Layout = "spaced") -> str:
     """The llguidance Lark expression (`%json {...}`) generating the arguments of `spec`:
     a JSON object valid under its schema. Cached per schema. Raises GrammarError (param
     set to `param`) when the schema cannot be enforced or does not describe an object."""
@@ -222,14 +223,14 @@ def args_rule(spec: ToolSpec, *, param: str = "tools") -> str:
     if kind != "object":
         raise InvalidRequest(f"{param} must describe an object (got type {json.dumps(kind)})", param=param)
     try:
-        return json_rule(json.dumps(spec.parameters), strict=spec.strict, object_=True)
+        return json_rule(json.dumps(spec.parameters), strict=spec.strict, object_=True, layout=layout)
     except GrammarError as e:
         e.param = param
         raise
 
 
 @functools.lru_cache(maxsize=256)
-def json_rule(schema_json: str, *, strict: bool, object_: bool = False) -> str:
+def json_rule(schema_json: str, *, strict: bool, object_: bool = False, layout: Layout = "spaced") -> str:
     """The Lark expression (`%json {...}`) for the JSON schema text `schema_json`
     (cached per text); `object_` adds `"type": "object"` when the schema leaves `type`
     out. Raises GrammarError for a schema that cannot be enforced."""
@@ -242,7 +243,9 @@ def json_rule(schema_json: str, *, strict: bool, object_: bool = False) -> str:
         schema.setdefault("type", "object")
     # No invented argument names: a key the schema does not name is never generated unless
     # the schema asks for others (additionalProperties / patternProperties).
-    lark = Grammar.from_json_schema(schema, strict=strict, shape="tight").lark
+    # Arguments are laid out as the template writes past calls (json.dumps' separators,
+    # unless indented): a free layout would let a model spend its budget on whitespace.
+    lark = Grammar.from_json_schema(schema, strict=strict, layout=layout, shape="tight").lark
     if not lark.startswith("start: %json "):  # llamay.grammar.schema.schema_lark's shape
         raise AssertionError("unexpected JSON schema grammar shape")
     return lark[len("start: ") :].strip()

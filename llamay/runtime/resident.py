@@ -1,43 +1,30 @@
-"""Loaded models and their engines: what the HTTP layer and the CLI serve from.
-
-An app factory receives a Runtime; nothing here is module-level state.
+"""Keeping models resident: the models a server holds, loaded on demand, evicted when idle
+or when another needs the room. An app factory receives a Runtime; nothing here is
+module-level state.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .backend.memory import mem_available
-from .chat.template import ChatTemplate
-from .chat.traits import Traits, detect_traits
-from .errors import Conflict, ModelNotFound, Overloaded
-from .kv.manager import KvManager
-from .kv.storelock import StoreBusy
+from ..config import RuntimeConfig
+from ..errors import Conflict, ModelNotFound, Overloaded
+from .encoders import embed_with
+from .loading import LoadedModel, check_memory, is_gguf, load_model
 
-if TYPE_CHECKING:  # llama.cpp is loaded by load_model, not by importing this module
-    from .backend.context import Context
-    from .backend.model import Model, ModelInfo
-    from .engine.engine import Engine
+if TYPE_CHECKING:
+    from ..embed import Encoder
+    from ..store import ResolvedModel, StoredModel
 
-__all__ = [
-    "MANAGE_MODELS",
-    "LoadedModel",
-    "LoadRefused",
-    "Runtime",
-    "RuntimeConfig",
-    "load_model",
-    "mem_available",
-]
+__all__ = ["MANAGE_MODELS", "Runtime", "Store"]
 
 log = logging.getLogger("llamay.runtime")
 
@@ -50,163 +37,47 @@ MANAGE_MODELS: ContextVar[bool] = ContextVar("llamay_manage_models", default=Tru
 MAX_ALIASES = 256
 
 
-@dataclass(frozen=True)
-class RuntimeConfig:
-    """Server-wide settings for loading models. `ctx` 0 means min(model's training
-    context, 8192). `threads` 0 means the number of CPU cores. `max_tokens` limits
-    constrained output (schema, grammar, tools) whose request sets no limit and whose
-    schema does not bound it. `temperature`, `top_p`, `top_k`, `min_p` and `repeat_penalty`
-    (None: unset) are the server's sampling defaults: over a model's GGUF
-    `general.sampling.*`, under each request's own values. `finish_tool` ("off" or "auto"):
-    whether an OpenAI chat request with tool_choice "required" that does not set
-    `finish_tool` gets the finish tool."""
+class Store(Protocol):
+    """What a server asks of its model store (`store.ModelStore` is one): models to load
+    for the runtime, and what the Ollama routes show and change. Those routes look for a
+    method before calling it, so a store that offers fewer answers 501 for the rest."""
 
-    ctx: int = 0
-    batch: int = 512
-    threads: int = 0
-    concurrency: int = 8
-    max_queue: int = 64
-    kv_type: str = "f16"
-    flash_attn: bool = True  # attention over a sequence's own cells only (see backend/context.py)
-    cache_ram: int = 512 * 1024 * 1024  # bytes per model for cached prefixes kept in RAM
-    chat_template_file: Path | None = None
-    home: Path | None = None  # contexts are saved under home/contexts; None: not kept
-    max_tokens: int = 2048  # limit for constrained output when a request sets none
-    reasoning_budget: int | None = None  # thinking tokens when a request sets no budget; None: unbounded
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    repeat_penalty: float | None = None
-    finish_tool: str = "off"
+    def resolve(self, name: str | None) -> ResolvedModel: ...
 
+    def installed(self, name: str) -> ResolvedModel | None: ...
 
-class LoadRefused(Conflict):
-    code = "load_refused"
+    def params(self, name: str) -> dict[str, Any]: ...
 
+    def template(self, name: str) -> str | None: ...
 
-@dataclass
-class LoadedModel:
-    name: str
-    model: Model
-    ctx: Context
-    engine: Engine
-    template: ChatTemplate
-    sha256: str | None
-    loaded_at: float = field(default_factory=time.time)
-    keep_alive: float = -1.0  # seconds idle before unloading; negative: never
-    thinking_budget: int | None = None  # the server's default thinking budget (-reasoning-budget)
-    last_used: float = field(default_factory=time.time)
-    # Tool-call format and think markers, from the template and vocabulary; set at load.
-    traits: Traits = field(init=False)
+    def system(self, name: str) -> str | None: ...
 
-    def __post_init__(self) -> None:
-        self.traits = detect_traits(self.template.source, self.model.special_id)
+    def pull(
+        self,
+        source: str,
+        name: str | None = None,
+        *,
+        fresh: bool = False,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> StoredModel: ...
 
-    def touch(self) -> None:
-        self.last_used = time.time()
+    def copy(self, source: str, destination: str) -> StoredModel: ...
 
-    @property
-    def idle(self) -> bool:
-        return self.engine.running == 0 and self.engine.queue_depth == 0
+    def remove(self, name: str) -> None: ...
 
-    @property
-    def expires_at(self) -> float | None:
-        return None if self.keep_alive < 0 else self.last_used + self.keep_alive
+    def create(
+        self,
+        name: str,
+        source: str,
+        *,
+        params: dict[str, Any] | None = None,
+        template: str | None = None,
+        system: str | None = None,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> StoredModel: ...
 
-    @property
-    def info(self) -> ModelInfo:
-        return self.model.info
-
-    def close(self) -> None:
-        self.engine.close()
-        self.ctx.close()
-        self.model.close()
-
-
-def default_threads() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-
-
-def load_model(
-    name: str,
-    path: Path,
-    config: RuntimeConfig,
-    sha256: str | None = None,
-    progress: Callable[[float], object] | None = None,
-) -> LoadedModel:
-    """Load weights, create a context sized by `config`, start its engine thread; the
-    model's chat traits are detected here, once (`LoadedModel.traits`). `progress` gets the
-    fraction of the weights loaded, as `Model` reports it."""
-    from .backend.context import Context, ContextConfig
-    from .backend.model import Model
-    from .engine.engine import Engine, EngineConfig
-
-    model = Model(path, progress)
-    try:
-        n_ctx = config.ctx or min(model.info.n_ctx_train or 8192, 8192)
-        threads = config.threads or default_threads()
-        ctx_config = ContextConfig(
-            n_ctx=n_ctx,
-            n_batch=min(config.batch, n_ctx),
-            # Running requests plus as many again (at least 16) for cached prefixes.
-            n_seq_max=min(256, config.concurrency + max(16, config.concurrency)),
-            n_threads=threads,
-            n_threads_batch=threads,
-            type_kv=config.kv_type,
-            flash_attn=config.flash_attn,
-        )
-        ctx = Context(model, ctx_config)
-    except Exception:
-        model.close()
-        raise
-    if config.chat_template_file is not None:
-        template = ChatTemplate.from_file(
-            config.chat_template_file, bos_token=model.info.bos_token, eos_token=model.info.eos_token
-        )
-    elif model.info.chat_template:
-        template = ChatTemplate(
-            model.info.chat_template, bos_token=model.info.bos_token, eos_token=model.info.eos_token
-        )
-    else:
-        template = ChatTemplate.chatml()
-    if sha256 is None:
-        from .store import file_sha256
-
-        sha256 = file_sha256(path)
-    folder = config.home / "contexts" / sha256[:16] if config.home is not None else None
-    try:
-        try:
-            kv = KvManager.create(
-                ctx, folder=folder, model_name=name, model_sha256=sha256, cache_ram=config.cache_ram
-            )
-        except StoreBusy as busy:
-            if not busy.here or folder is None:
-                raise
-            # The same weights are loaded here under another name: its store is its own.
-            own = folder.with_name(f"{folder.name}-{_slug(name)}")
-            kv = KvManager.create(
-                ctx, folder=own, model_name=name, model_sha256=sha256, cache_ram=config.cache_ram
-            )
-    except BaseException:
-        ctx.close()
-        model.close()
-        raise
-    engine = Engine(model, ctx, EngineConfig(concurrency=config.concurrency, max_queue=config.max_queue), kv)
-    try:
-        loaded = LoadedModel(name, model, ctx, engine, template, sha256)  # detects the traits
-        loaded.thinking_budget = config.reasoning_budget
-        return loaded
-    except Exception:
-        engine.close()
-        ctx.close()
-        model.close()
-        raise
-
-
-def _slug(name: str) -> str:
-    """`name` as one safe folder-name part."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64] or "model"
+    # Last: in this class body, the name `list` means this method from here on.
+    def list(self) -> list[StoredModel]: ...
 
 
 class Runtime:
@@ -223,10 +94,11 @@ class Runtime:
         config: RuntimeConfig | None = None,
         *,
         resolve: Callable[[str], tuple[str, Path, str | None]] | None = None,
-        store: Any = None,
+        store: Store | None = None,
         max_loaded: int = 2,
         keep_alive: float = 300.0,
         default: str | None = None,
+        encoders: dict[str, Encoder] | None = None,
     ) -> None:
         self.config = config or RuntimeConfig()
         self.store = store
@@ -243,7 +115,8 @@ class Runtime:
         self._progress: dict[str, tuple[float, int]] = {}  # (fraction read, file bytes) per load
         self._cancelled: set[str] = set()  # loads an unload asked to stop
         self._generation = 0
-        self.encoders: dict[str, Any] = {}  # "embed" / "rerank" encoders loaded beside the models
+        # "embed" / "rerank" encoders loaded beside the models (the app's state holds the same)
+        self.encoders: dict[str, Encoder] = {} if encoders is None else encoders
         self._lock = threading.Lock()
         self.started = time.time()
 
@@ -299,8 +172,7 @@ class Runtime:
         if known is not None:
             return (self._aliases.get(name, name), *known)
         if not manage:
-            installed = getattr(self.store, "installed", None)
-            found = await asyncio.to_thread(installed, name) if installed is not None else None
+            found = await asyncio.to_thread(self.store.installed, name) if self.store is not None else None
             if found is None:
                 raise ModelNotFound(f"model '{name[:200]}' not found", param="model")
             return found.name, found.path, found.sha256
@@ -309,7 +181,7 @@ class Runtime:
                 f"model '{name}' is not loaded and this server cannot load models", param="model"
             )
         canonical, path, sha = await asyncio.to_thread(self._resolve, name)
-        if not await asyncio.to_thread(_is_gguf, path):
+        if not await asyncio.to_thread(is_gguf, path):
             raise ModelNotFound(f"model '{name}' not found: {path} is not a GGUF file", param="model")
         return canonical, path, sha
 
@@ -376,19 +248,11 @@ class Runtime:
             await self.unload(min(idle, key=lambda m: (m.keep_alive < 0, m.last_used)).name)
 
     async def embed(
-        self, name: str, texts: list[str], *, truncate: bool, keep_alive: float | None = None
+        self, name: str, texts: Sequence[str], *, truncate: bool, keep_alive: float | None = None
     ) -> tuple[list[list[float]], int]:
-        """Unit vectors for `texts` from the loaded embedding model, and the tokens read."""
-        encoder = self.encoders.get("embed")
-        if encoder is None:
-            raise ModelNotFound(
-                f"no embedding model is loaded for '{name}'; start the server with -embed MODEL",
-                param="model",
-            )
-        from .embed import embed_texts
-
-        vectors, n_tokens = await embed_texts(encoder, texts, truncate)
-        return vectors.astype(float).tolist(), n_tokens  # plain floats: JSON-ready
+        """Unit vectors for `texts` from the loaded embedding model, and the tokens read
+        (what Ollama's /api/embed asks of a runtime; see `encoders.embed_with`)."""
+        return await embed_with(self.encoders, name, texts, truncate=truncate)
 
     async def unload(self, name: str) -> bool:
         """Unload a model (its running requests end with reason 'abort'), or stop its load
@@ -443,28 +307,6 @@ class Runtime:
         if name in self._models:
             return name
         return self._aliases.get(name) or self._aliases.get(_with_tag(name)) or name
-
-
-def _is_gguf(path: Path) -> bool:
-    """Whether `path` starts like a GGUF file (so any other file is a 404, not a 500)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == b"GGUF"
-    except OSError:
-        return False
-
-
-def check_memory(name: str, path: Path, reserve: int = 256 * 1024 * 1024) -> None:
-    """Refuse a load that would not fit: MemAvailable below the file size plus a reserve."""
-    available = mem_available()
-    if available is None:
-        return
-    need = path.stat().st_size + reserve
-    if available < need:
-        raise LoadRefused(
-            f"not enough memory to load '{name}': it needs about {need // 2**20} MiB "
-            f"and {available // 2**20} MiB are available"
-        )
 
 
 def _with_tag(name: str) -> str:

@@ -1,0 +1,179 @@
+"""Building a loaded model: weights, a context sized by the RuntimeConfig, the KV manager,
+the engine thread and the chat template, as one `LoadedModel` that closes them together."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..backend.memory import mem_available
+from ..chat.template import ChatTemplate
+from ..chat.traits import Traits, detect_traits
+from ..config import RuntimeConfig
+from ..errors import Conflict
+from ..kv.manager import KvManager
+from ..kv.storelock import StoreBusy
+
+if TYPE_CHECKING:  # llama.cpp is loaded by load_model, not by importing this module
+    from ..backend.context import Context
+    from ..backend.model import Model, ModelInfo
+    from ..engine.engine import Engine
+
+__all__ = ["LoadedModel", "LoadRefused", "load_model", "check_memory", "is_gguf", "default_threads"]
+
+
+class LoadRefused(Conflict):
+    code = "load_refused"
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    model: Model
+    ctx: Context
+    engine: Engine
+    template: ChatTemplate
+    sha256: str | None
+    loaded_at: float = field(default_factory=time.time)
+    keep_alive: float = -1.0  # seconds idle before unloading; negative: never
+    thinking_budget: int | None = None  # the server's default thinking budget (-reasoning-budget)
+    last_used: float = field(default_factory=time.time)
+    # Tool-call format and think markers, from the template and vocabulary; set at load.
+    traits: Traits = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.traits = detect_traits(self.template.source, self.model.special_id)
+
+    def touch(self) -> None:
+        self.last_used = time.time()
+
+    @property
+    def idle(self) -> bool:
+        return self.engine.running == 0 and self.engine.queue_depth == 0
+
+    @property
+    def expires_at(self) -> float | None:
+        return None if self.keep_alive < 0 else self.last_used + self.keep_alive
+
+    @property
+    def info(self) -> ModelInfo:
+        return self.model.info
+
+    def close(self) -> None:
+        self.engine.close()
+        self.ctx.close()
+        self.model.close()
+
+
+def default_threads() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def load_model(
+    name: str,
+    path: Path,
+    config: RuntimeConfig,
+    sha256: str | None = None,
+    progress: Callable[[float], object] | None = None,
+) -> LoadedModel:
+    """Load weights, create a context sized by `config`, start its engine thread; the
+    model's chat traits are detected here, once (`LoadedModel.traits`). `progress` gets the
+    fraction of the weights loaded, as `Model` reports it."""
+    from ..backend.context import Context, ContextConfig
+    from ..backend.model import Model
+    from ..engine.engine import Engine, EngineConfig
+
+    model = Model(path, progress)
+    try:
+        n_ctx = config.ctx or min(model.info.n_ctx_train or 8192, 8192)
+        threads = config.threads or default_threads()
+        ctx_config = ContextConfig(
+            n_ctx=n_ctx,
+            n_batch=min(config.batch, n_ctx),
+            # Running requests plus as many again (at least 16) for cached prefixes.
+            n_seq_max=min(256, config.concurrency + max(16, config.concurrency)),
+            n_threads=threads,
+            n_threads_batch=threads,
+            type_kv=config.kv_type,
+            flash_attn=config.flash_attn,
+        )
+        ctx = Context(model, ctx_config)
+    except Exception:
+        model.close()
+        raise
+    if config.chat_template_file is not None:
+        template = ChatTemplate.from_file(
+            config.chat_template_file, bos_token=model.info.bos_token, eos_token=model.info.eos_token
+        )
+    elif model.info.chat_template:
+        template = ChatTemplate(
+            model.info.chat_template, bos_token=model.info.bos_token, eos_token=model.info.eos_token
+        )
+    else:
+        template = ChatTemplate.chatml()
+    if sha256 is None:
+        from ..store import file_sha256
+
+        sha256 = file_sha256(path)
+    folder = config.home / "contexts" / sha256[:16] if config.home is not None else None
+    try:
+        try:
+            kv = KvManager.create(
+                ctx, folder=folder, model_name=name, model_sha256=sha256, cache_ram=config.cache_ram
+            )
+        except StoreBusy as busy:
+            if not busy.here or folder is None:
+                raise
+            # The same weights are loaded here under another name: its store is its own.
+            own = folder.with_name(f"{folder.name}-{_slug(name)}")
+            kv = KvManager.create(
+                ctx, folder=own, model_name=name, model_sha256=sha256, cache_ram=config.cache_ram
+            )
+    except BaseException:
+        ctx.close()
+        model.close()
+        raise
+    settings = EngineConfig(
+        concurrency=config.concurrency, max_queue=config.max_queue, fair=config.admission == "fair"
+    )
+    engine = Engine(model, ctx, settings, kv)
+    try:
+        loaded = LoadedModel(name, model, ctx, engine, template, sha256)  # detects the traits
+        loaded.thinking_budget = config.reasoning_budget
+        return loaded
+    except Exception:
+        engine.close()
+        ctx.close()
+        model.close()
+        raise
+
+
+def _slug(name: str) -> str:
+    """`name` as one safe folder-name part."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64] or "model"
+
+
+def is_gguf(path: Path) -> bool:
+    """Whether `path` starts like a GGUF file (so any other file is a 404, not a 500)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
+def check_memory(name: str, path: Path, reserve: int = 256 * 1024 * 1024) -> None:
+    """Refuse a load that would not fit: MemAvailable below the file size plus a reserve."""
+    available = mem_available()
+    if available is None:
+        return
+    need = path.stat().st_size + reserve
+    if available < need:
+        raise LoadRefused(
+            f"not enough memory to load '{name}': it needs about {need // 2**20} MiB "
+            f"and {available // 2**20} MiB are available"
+        )
