@@ -35,6 +35,7 @@ from ..store import gguf_sampling_defaults
 from ..types import DEFAULTABLE, SamplingParams
 from .fim import fim_tokens
 from .flow import ChatOptions, ChatSetup, prepare_chat, with_finish_default
+from .template import ChatTemplate
 
 if TYPE_CHECKING:
     from ..runtime import LoadedModel
@@ -232,7 +233,8 @@ class ChatInput(Input):
     marked place as the prompt's `mark`. `untemplated`: what a model that ships no chat
     template (and was given none by the server) gets: "chatml" the generic ChatML
     template, "raw" the user messages' text as it is (Ollama's `{{ .Prompt }}` default),
-    "refuse" a 400 saying so."""
+    "refuse" a 400 saying so. `template`: the request's own chat template, used instead
+    of the model's."""
 
     options: ChatOptions
     prefill: str = ""
@@ -240,13 +242,17 @@ class ChatInput(Input):
     prefix: Sequence[int] = ()
     marked: Marked | None = None
     untemplated: Literal["chatml", "raw", "refuse"] = "chatml"
+    template: ChatTemplate | None = None
 
     @property
     def wants_system(self) -> bool:
         return self.model_system
 
     def prompt(self, lm: LoadedModel, env: Env) -> Prompt:
-        if lm.template.fallback and self.untemplated != "chatml":
+        if self.template is not None:
+            # A view of the model with the request's template (its traits detected anew).
+            lm = replace(lm, template=self.template)
+        elif lm.template.fallback and self.untemplated != "chatml":
             return self._untemplated(lm)
         opts = with_finish_default(self.options, env.finish_tool)
         if env.system and self.model_system and not any(m.get("role") == "system" for m in opts.messages):

@@ -154,3 +154,17 @@ def test_show_reports_no_template(base: ServerProc) -> None:
     assert r.json()["template"] == ""
     info = httpx.get(base.base + "/tokenizer_info", timeout=60).json()
     assert info["chat_template"] == ""
+
+
+def test_a_request_may_name_its_own_template(base: ServerProc, server: ServerProc) -> None:
+    msgs = [{"role": "user", "content": "hi"}]
+    r = post(base, "/v1/chat/completions", {"messages": msgs, "max_tokens": 2, "chat_template": "chatml"})
+    assert r.status_code == 200, r.text
+    own = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant] "
+    r = post(server, "/apply-template", {"messages": msgs, "chat_template": own})
+    assert r.status_code == 200, r.text
+    assert r.json()["prompt"] == "[user] hi\n[assistant] "
+    r = post(base, "/v1/chat/completions", {"messages": msgs, "max_tokens": 2, "chat_template": own})
+    assert r.status_code == 200, r.text
+    bad = post(server, "/apply-template", {"messages": msgs, "chat_template": "{% for %}"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "chat_template"

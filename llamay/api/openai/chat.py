@@ -24,7 +24,7 @@ def chat_job(req: ChatRequest) -> Job:
     common = req.common
     return Job(
         ModelRef(common.model),
-        (ChatInput(req.options, untemplated="refuse"),),
+        (ChatInput(req.options, untemplated="refuse", template=req.template),),
         common.knobs(keep_tokens=req.logprobs),
     )
 
