@@ -87,13 +87,13 @@ async def detokenize(request: Request) -> Response:
         raise InvalidRequest(
             f"'tokens' has {len(tokens)} ids; at most {MAX_TOKENS} are taken", param="tokens"
         )
-    for i, t in enumerate(tokens):
-        if not isinstance(t, int) or isinstance(t, bool):
-            raise InvalidRequest(f"tokens[{i}] must be a token id (an integer)", param=f"tokens[{i}]")
     lm = await _model(request, f.text("model"))
     model = lm.model
 
-    def work() -> str:
+    def work() -> str:  # a million ids are checked off the event loop
+        for i, t in enumerate(tokens):
+            if not isinstance(t, int) or isinstance(t, bool):
+                raise InvalidRequest(f"tokens[{i}] must be a token id (an integer)", param=f"tokens[{i}]")
         model.check_tokens(tokens)  # a 400 naming an id outside the vocabulary
         return model.detokenize(tokens)
 
