@@ -15,7 +15,9 @@ the same load). On each:
    status codes and TTFT (to the first content token; the rest of each reply is not read);
    A's status codes; the tokens served per second.
 3. saturate: A floods as in 2 and B keeps 32 completions of one ~1,000-token prompt each in
-   flight: each tenant's share of the tokens served, and the tokens per second.
+   flight: each tenant's share of the tokens served, and the tokens per second, counted from
+   when both have been served (B's small requests are queued before A's 64-prompt one is
+   parsed, and until then B alone has the engine); `share_b_from_start` counts from the start.
 
 Tokens served are what the engine computed in the window (prompt positions read and tokens
 generated, in all and per principal), from /v1/stats: work in progress counts as it is done,
@@ -58,6 +60,7 @@ A_MAX_TOKENS = 32
 B_CHAT_MAX_TOKENS = 16
 B_CHAT_EVERY_S = 2.0
 B_REQUESTS = 32  # B's requests in flight when it saturates (its default limit)
+RAMP_MAX_S = 60.0  # the longest the saturation waits for both tenants to be served
 IDLE_CHATS = 10
 NO_END = {"0": -100, "1": -100, "2": -100}  # SmolLM2's end-of-text, im_start, im_end
 TIMEOUT = httpx.Timeout(connect=10.0, read=900.0, write=60.0, pool=900.0)
@@ -200,16 +203,26 @@ async def saturate_b(client: httpx.AsyncClient, prompts: Prompts, window: Window
 
 
 async def timed(
-    client: httpx.AsyncClient, seconds: float, loads: Callable[[float], list[Any]]
-) -> tuple[float, dict[str, int]]:
+    client: httpx.AsyncClient, seconds: float, loads: Callable[[float], list[Any]], both: bool = False
+) -> tuple[float, dict[str, int], dict[str, int]]:
     """Run the coroutines `loads(until)` for `seconds`; the wall time and the tokens computed
-    in between, in all ("") and per principal. Whatever is still in flight at the end is
-    cancelled (the server aborts it) and the server is left to drain."""
-    before = await stats(client)
+    in between, in all ("") and per principal. With `both`, the window starts once both
+    principals have had tokens computed (a 64-prompt request takes a while to be parsed and
+    queued, and until then the other one has the engine to itself, as it should), and the
+    tokens from the start of the loads are returned too (else the same figures twice).
+    Whatever is still in flight at the end is cancelled (the server aborts it) and the
+    server is left to drain."""
+    start = before = await stats(client)
     t0 = time.monotonic()
-    until = t0 + seconds
+    until = t0 + seconds + (RAMP_MAX_S if both else 0.0)
     tasks = [asyncio.create_task(c) for c in loads(until)]
-    done, pending = await asyncio.wait(tasks, timeout=seconds + 0.5)
+    while both and time.monotonic() - t0 < RAMP_MAX_S:
+        s = await stats(client)
+        if all(computed(s, who) > computed(start, who) for who in PRINCIPALS):
+            before, t0 = s, time.monotonic()
+            break
+        await asyncio.sleep(0.2)
+    done, pending = await asyncio.wait(tasks, timeout=max(0.0, t0 + seconds + 0.5 - time.monotonic()))
     after = await stats(client)
     elapsed = time.monotonic() - t0
     for t in pending:
@@ -219,9 +232,11 @@ async def timed(
             await t
     await drain(client)
     tokens = {"": computed(after) - computed(before)}
+    whole = {"": computed(after) - computed(start)}
     for who in PRINCIPALS:
         tokens[who] = computed(after, who) - computed(before, who)
-    return elapsed, tokens
+        whole[who] = computed(after, who) - computed(start, who)
+    return elapsed, tokens, whole
 
 
 async def drain(client: httpx.AsyncClient) -> None:
@@ -246,7 +261,7 @@ async def measure(server: Server, prompts: Prompts, seconds: float) -> dict[str,
         progress(f"{server.name}: idle TTFT median {percentile(idle, 50) * 1000:.0f} ms; flooding")
 
         flood = Window()
-        elapsed, tokens = await timed(
+        elapsed, tokens, _ = await timed(
             client,
             seconds,
             lambda until: (
@@ -267,15 +282,17 @@ async def measure(server: Server, prompts: Prompts, seconds: float) -> dict[str,
         progress(f"{server.name}: flood {json.dumps(flood_result)}; saturating")
 
         sat = Window()
-        elapsed, tokens = await timed(
+        elapsed, tokens, whole = await timed(
             client,
             seconds,
             lambda until: (
                 [flood_a(client, prompts, sat, until) for _ in range(2)]
                 + [saturate_b(client, prompts, sat, until) for _ in range(B_REQUESTS)]
             ),
+            both=True,
         )
         both = tokens["tenant-a"] + tokens["tenant-b"]
+        from_start = whole["tenant-a"] + whole["tenant-b"]
         sat_result = {
             "seconds": round(elapsed, 1),
             "statuses": sat.statuses,
@@ -283,6 +300,7 @@ async def measure(server: Server, prompts: Prompts, seconds: float) -> dict[str,
             "tokens_per_s": round(tokens[""] / elapsed, 1),
             "share_a": round(tokens["tenant-a"] / both, 3) if both else float("nan"),
             "share_b": round(tokens["tenant-b"] / both, 3) if both else float("nan"),
+            "share_b_from_start": round(whole["tenant-b"] / from_start, 3) if from_start else float("nan"),
         }
         progress(f"{server.name}: saturate {json.dumps(sat_result)}")
     return {"idle_ttft_ms": _ms(idle), "flood": flood_result, "saturate": sat_result}

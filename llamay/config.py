@@ -56,9 +56,9 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class RuntimeConfig:
     """Server-wide settings for loading models. `ctx` 0 means min(model's training
-    context, 8192). `threads` 0 means the number of CPU cores. `max_tokens` limits
-    constrained output (schema, grammar, tools) whose request sets no limit and whose
-    schema does not bound it. `temperature`, `top_p`, `top_k`, `min_p` and `repeat_penalty`
+    context, 8192). `threads` 0 means the number of CPU cores. `max_tokens` is the default
+    output budget: what a request that sets no limit may generate, on every API (a schema
+    that bounds its answers gets that bound instead). `temperature`, `top_p`, `top_k`, `min_p` and `repeat_penalty`
     (None: unset) are the server's sampling defaults: over a model's GGUF
     `general.sampling.*`, under each request's own values. `finish_tool` ("off" or "auto"):
     whether an OpenAI chat request with tool_choice "required" that does not set
@@ -77,7 +77,7 @@ class RuntimeConfig:
     cache_ram: int = 512 * 1024 * 1024  # bytes per model for cached prefixes kept in RAM
     chat_template_file: Path | None = None
     home: Path | None = None  # contexts are saved under home/contexts; None: not kept
-    max_tokens: int = 2048  # limit for constrained output when a request sets none
+    max_tokens: int = 2048  # the default output budget of a request that sets none
     reasoning_budget: int | None = None  # thinking tokens when a request sets no budget; None: unbounded
     temperature: float | None = None
     top_p: float | None = None
@@ -98,12 +98,23 @@ class ServerLimits:
     """`max_connections`: open connections (and running requests) before uvicorn answers
     503. `header_timeout`: seconds to receive a request's headers. `body_timeout`: seconds
     to receive a whole request body. `keep_alive_timeout`: seconds an idle connection stays
-    open between requests."""
+    open between requests. `max_body`: bytes of a request body (a snapshot restore's limit
+    follows from its model instead), else 413. `max_field`: UTF-8 bytes of a free-text
+    field the server keeps beyond the request (a context's marking, an item id stored with
+    a response), else 400 naming the field. `responses_per_key` / `responses_total`: bytes
+    of stored Responses (their conversation and output, as JSON) kept for one principal /
+    for everyone; past either the oldest records go. `response_ttl`: seconds a stored
+    response is kept."""
 
     max_connections: int = 256
     header_timeout: float = 10.0
     body_timeout: float = 120.0
     keep_alive_timeout: float = 5.0
+    max_body: int = 32 * 1024 * 1024
+    max_field: int = 1024
+    responses_per_key: int = 64 * 1024 * 1024
+    responses_total: int = 512 * 1024 * 1024
+    response_ttl: float = 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -198,7 +209,9 @@ def _check_runtime(rc: RuntimeConfig) -> None:
 
 
 def _check_limits(limits: ServerLimits) -> None:
-    for name in ("max_connections", "header_timeout", "body_timeout"):
+    names = ("max_connections", "header_timeout", "body_timeout", "max_body", "max_field",
+             "responses_per_key", "responses_total", "response_ttl")  # fmt: skip
+    for name in names:
         value = getattr(limits, name)
         if not value > 0:  # NaN too
             raise ConfigError(f"-{name.replace('_', '-')} must be positive, not {value}")

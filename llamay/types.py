@@ -120,7 +120,11 @@ class SamplingParams:
             ("dry_multiplier", 0.0 <= self.dry_multiplier <= 100.0, "must be between 0 and 100"),
             ("dry_base", 1.0 <= self.dry_base <= 100.0, "must be between 1 and 100"),
             ("dry_allowed_length", 0 <= self.dry_allowed_length <= 1000, "must be between 0 and 1000"),
-            ("dry_penalty_last_n", -1 <= self.dry_penalty_last_n <= 1_000_000, "must be between -1 and 1000000"),
+            (
+                "dry_penalty_last_n",
+                -1 <= self.dry_penalty_last_n <= 1_000_000,
+                "must be between -1 and 1000000",
+            ),
             (
                 "dry_sequence_breakers",
                 len(self.dry_sequence_breakers) <= MAX_BREAKERS and all(self.dry_sequence_breakers),
@@ -153,11 +157,14 @@ DEFAULTABLE = frozenset(
 @dataclass(frozen=True)
 class StopSpec:
     """When generation ends: `max_tokens` (None: until the context is full), stop strings
-    (never included in output), and whether end-of-generation tokens are ignored."""
+    (never included in output), and whether end-of-generation tokens are ignored.
+    `asked`: the max_tokens the request wanted when the context's room cut it to
+    `max_tokens` (said in the finish message); None when it was not cut."""
 
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    asked: int | None = None
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from .rag import rag_routes
 from .redact import redact_routes
 from .state import server_state, state_of
 from .tokens import token_routes
+from .variance import BatchInvariantHeader
 from .web import web_routes
 
 if TYPE_CHECKING:
@@ -142,6 +143,8 @@ def create_app(
     app = Starlette(routes=routes, exception_handlers=exception_handlers(), lifespan=lifespan)
     # One typed object in place of Starlette's attribute bag; Starlette itself never reads it.
     app.state = state  # type: ignore[assignment]
+    # Innermost: the models a request used, reported in a response header.
+    app.add_middleware(BatchInvariantHeader)
     # Added first, so it runs inside the auth layer and sees the principal it found.
     app.add_middleware(GrantsMiddleware)
     app.add_middleware(AuthMiddleware, keys=state.keys)

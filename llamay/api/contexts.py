@@ -20,12 +20,14 @@ __all__ = ["context_routes"]
 
 # Forks per call without limits (the single user, admins by default); a key's limits say less.
 MAX_FORKS = 10_000
+PAGE = 100  # contexts a listing returns when it sets no `limit`
+MAX_PAGE = 1000
 
 
 async def create_context(request: Request) -> Response:
     f = Fields(await read_json(request))
     lm = await state_of(request).runtime.use(f.text("model", ""))
-    marking = f.text("marking")
+    marking = f.text("marking", max_bytes=state_of(request).limits.max_field)
     shared = bool(f.flag("shared", False))
     principal = principal_of(request)
     if shared and not principal.admin:
@@ -69,9 +71,23 @@ async def fork_context(request: Request) -> Response:
 
 
 async def list_contexts(request: Request) -> Response:
+    """One page of the caller's contexts in id order: at most `limit` (1 to MAX_PAGE,
+    default PAGE) with ids after `after`; `has_more` says whether another page follows. The
+    cursor is an id, not a position, so it holds across deletions (and across a fleet's
+    replicas, which each page their own)."""
+    q = request.query_params
+    raw = q.get("limit", str(PAGE))
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+        raise InvalidRequest(f"'limit' must be an integer from 1 to {MAX_PAGE}", param="limit")
+    limit, after = int(raw), q.get("after", "")
     principal = principal_of(request)
-    found = await contexts_of(request).every(lambda r: principal.admin or r.owner == principal.name)
-    return json_response({"object": "list", "data": [r.public(lm.name) for lm, r in found]})
+    found = await contexts_of(request).every(
+        lambda r: (principal.admin or r.owner == principal.name) and r.id > after
+    )
+    found.sort(key=lambda pair: pair[1].id)
+    data = [r.public(lm.name) for lm, r in found[:limit]]
+    return json_response({"object": "list", "data": data, "has_more": len(found) > limit,
+                          "last_id": data[-1]["id"] if data else None})  # fmt: skip
 
 
 async def get_context(request: Request) -> Response:

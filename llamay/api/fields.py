@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import InvalidRequest
 
-__all__ = ["Fields"]
+__all__ = ["Fields", "check_size"]
 
 _MISSING = object()
 
@@ -24,6 +24,13 @@ def _type_name(value: Any) -> str:
         dict: "object",
         type(None): "null",
     }.get(type(value), type(value).__name__)
+
+
+def check_size(value: str, max_bytes: int, name: str) -> None:
+    """InvalidRequest naming `name` and the limit when `value` is over `max_bytes` UTF-8 bytes."""
+    # A character is at least one byte: a longer string is over without encoding it.
+    if len(value) > max_bytes or len(value.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise InvalidRequest(f"'{name}' may be at most {max_bytes} bytes of UTF-8 text", param=name)
 
 
 class Fields:
@@ -54,12 +61,18 @@ class Fields:
             f"'{self.name(key)}' must be {want}, not {_type_name(value)}", param=self.name(key)
         )
 
-    def text(self, key: str, default: str | None = None, *, required: bool = False) -> Any:
+    def text(
+        self, key: str, default: str | None = None, *, required: bool = False, max_bytes: int | None = None
+    ) -> Any:
+        """A string; with `max_bytes`, one of at most that many UTF-8 bytes (a field the
+        server keeps: its limit is named in the 400)."""
         value = self._get(key, required)
         if value is _MISSING:
             return default
         if not isinstance(value, str):
             raise self._bad(key, "a string", value)
+        if max_bytes is not None:
+            check_size(value, max_bytes, self.name(key))
         return value
 
     def flag(self, key: str, default: bool | None = None) -> Any:

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Message, Send
 
+from ..config import ServerLimits
 from ..errors import InvalidRequest, LlamayError, PayloadTooLarge, RequestTimeout
 from .serving import limits_of
 
@@ -42,7 +43,7 @@ __all__ = [
 
 T = TypeVar("T")
 log = logging.getLogger("llamay.api")
-MAX_BODY = 32 * 1024 * 1024
+MAX_BODY = ServerLimits().max_body  # the default; a server's own is its limits' `max_body`
 # A client that stops sending its body, or stops reading a stream, for this long is
 # dropped, and whatever it was generating is aborted (its KV freed).
 IDLE_TIMEOUT = float(os.environ.get("LLAMAY_CLIENT_TIMEOUT", "30"))
@@ -52,15 +53,21 @@ class ClientGone(Exception):
     """The client disconnected before the answer was ready."""
 
 
-async def read_body(request: Request, max_bytes: int = MAX_BODY) -> bytes:
-    """The raw body, refusing more than `max_bytes` (PayloadTooLarge) without reading it all.
+async def read_body(
+    request: Request, max_bytes: int | None = None, *, limits: ServerLimits | None = None
+) -> bytes:
+    """The raw body, refusing more than `max_bytes` (default: the server's `max_body`) with
+    PayloadTooLarge, without reading it all. `limits`: the server's (default: the app's).
     RequestTimeout (408) when a chunk is IDLE_TIMEOUT late, or when the whole body has not
     arrived within the server's `body_timeout` (a client trickling a byte just before each
     idle timeout would otherwise hold the request forever)."""
+    limits = limits or limits_of(request.scope.get("app"))
+    if max_bytes is None:
+        max_bytes = limits.max_body
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes:
         raise PayloadTooLarge(f"the request body is larger than {max_bytes} bytes")
-    total = limits_of(request.scope.get("app")).body_timeout
+    total = limits.body_timeout
     deadline = asyncio.get_running_loop().time() + total
     chunks: list[bytes] = []
     size = 0
@@ -83,7 +90,7 @@ async def read_body(request: Request, max_bytes: int = MAX_BODY) -> bytes:
     return b"".join(chunks)
 
 
-async def read_json(request: Request, max_bytes: int = MAX_BODY) -> Any:
+async def read_json(request: Request, max_bytes: int | None = None) -> Any:
     """The request body as JSON. Raises InvalidRequest (malformed JSON, named position) or
     PayloadTooLarge."""
     raw = await read_body(request, max_bytes)

@@ -7,8 +7,9 @@ The three APIs name the schema differently (`response_format`, `output_config.fo
 - `strict` (OpenAI's `json_schema.strict`, a top-level `strict` elsewhere): with true, a
   keyword that cannot be enforced is a 400 naming it; otherwise everything enforceable is
   enforced and the finished output is validated against the whole schema (`check`).
-- `json_layout`: "indented" (default: a newline and spaces between members), "compact"
-  (no whitespace) or "free" (bounded runs of any JSON whitespace).
+- `json_layout`: "indented" (default: the one layout `json.dumps(value, indent=2)` writes,
+  kept while sampling, see grammar/layout.py), "compact" (no whitespace) or "free" (bounded
+  runs of any JSON whitespace).
 - `schema_shape`: "tight" (default: an object whose schema names its properties but says
   nothing of others gets no invented keys) or "free" (everything the schema allows).
 

@@ -9,7 +9,8 @@ llama.cpp. At most `MAX_RESTORES` run at once; more is a 503 with Retry-After.
 Trust: a snapshot signed with the server's key (kv/snapshot.py) was written by a server of
 this fleet as it is, so its header's owner and namespace hold (a shared one only for an
 admin). Any other snapshot restores for the caller alone: owned by the caller, in the
-caller's prefix-cache namespace, whatever its header claims.
+caller's private prefix-cache namespace (never its `cache_group`'s), whatever its header
+claims.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ..kv.snapshot import (
 )
 from ..runtime import LoadedModel
 from .authn import principal_of
+from .fields import check_size
 from .http import IDLE_TIMEOUT, json_response
 from .state import MAX_RESTORES, state_of
 from .tenancy import contexts_of, enforce_quota
@@ -76,23 +78,30 @@ def header_cap(lm: LoadedModel) -> int:
 
 
 class _Body:
-    """The request body in exact pieces, each arrival within IDLE_TIMEOUT."""
+    """The request body in exact pieces: each arrival within IDLE_TIMEOUT, and the whole
+    body within the server's `body_timeout` of the first byte asked for (as `http.read_body`),
+    so a client trickling a byte just inside the idle timeout cannot hold a restore slot."""
 
     def __init__(self, request: Request) -> None:
         self._it = request.stream().__aiter__()
         self._buf = b""
         self._done = False
+        self._total = state_of(request).limits.body_timeout
+        self._deadline = asyncio.get_running_loop().time() + self._total
 
     async def _more(self) -> bool:
         if self._done:
             return False
+        left = self._deadline - asyncio.get_running_loop().time()
         try:
-            async with asyncio.timeout(IDLE_TIMEOUT):
+            async with asyncio.timeout(min(IDLE_TIMEOUT, max(0.0, left))):
                 chunk = await self._it.__anext__()
         except StopAsyncIteration:
             self._done = True
             return False
         except TimeoutError:
+            if left <= IDLE_TIMEOUT:
+                raise RequestTimeout(f"the snapshot did not arrive within {self._total:g}s") from None
             raise RequestTimeout(f"the request body stalled for {IDLE_TIMEOUT:g}s") from None
         self._buf += chunk
         return True
@@ -150,6 +159,8 @@ async def _receive(request: Request, lm: LoadedModel, cap: int) -> tuple[Snapsho
     raw = await body.exactly(hlen, "its header")
     header, state_len, state_sha = parse_header(raw)
     check_model(header, lm.name, lm.sha256 or "")
+    if header.marking is not None:  # kept with the context, as a created one's is
+        check_size(header.marking, state_of(request).limits.max_field, "marking")
     if len(header.tokens) >= lm.engine.n_ctx:
         raise InvalidRequest(
             f"the snapshot holds {len(header.tokens)} tokens; this context holds {lm.engine.n_ctx}"
@@ -190,9 +201,18 @@ def _trust(
         principal.check_owner(header.owner, "the snapshot")
     mine = principal.owner_tag(single_user)
     if not signed:
-        return mine, principal.namespace
+        return mine, private_namespace(principal)
     if header.namespace == SHARED:
         return (header.owner, SHARED) if principal.admin else (mine, principal.namespace)
     if principal.admin and header.namespace is not None:
         return header.owner, header.namespace
     return mine, principal.namespace
+
+
+def private_namespace(principal: Principal) -> str:
+    """The namespace only this principal's requests read: its own even when its key is in a
+    `cache_group` (an unsigned snapshot's KV is whatever its maker wrote, so it must not
+    reach the group's other members). Other namespaces are private already."""
+    if principal.namespace.startswith("g:"):
+        return f"u:{principal.name}"
+    return principal.namespace

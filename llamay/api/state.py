@@ -72,16 +72,23 @@ def server_state(
     if snapshot_key is None:
         config = getattr(runtime, "config", None)  # test runtimes may have none
         snapshot_key = load_key(getattr(config, "home", None), None)
+    limits = limits or ServerLimits()
+    responses = ResponseStore(
+        ContextService(runtime),
+        bytes_per_owner=limits.responses_per_key,
+        bytes_total=limits.responses_total,
+        ttl=limits.response_ttl,
+    )
     return ServerState(
         runtime=runtime,
         keys=keys or KeyRing([]),
         encoders={} if encoders is None else encoders,
         index=index,
-        limits=limits or ServerLimits(),
+        limits=limits,
         counter=RequestCounter(),
         snapshot_key=snapshot_key,
         restore_slots=asyncio.Semaphore(MAX_RESTORES),
-        responses=ResponseStore(ContextService(runtime)),
+        responses=responses,
         ollama_headers=HeaderCache(),
     )
 

@@ -43,6 +43,12 @@ class ModelInfo:
     eos_token: str
     metadata: dict[str, str]
 
+    @property
+    def tool_template(self) -> str | None:
+        """The GGUF's template for requests with tools (`tokenizer.chat_template.tool_use`,
+        as Command R's files carry beside the default), if it has one."""
+        return self.metadata.get("tokenizer.chat_template.tool_use")
+
 
 class Model:
     """Owns a `llama_model`. Close with `close()` or use as a context manager."""

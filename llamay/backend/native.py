@@ -31,6 +31,10 @@ _ready = False
 # ggml log levels: 1 debug? The enum is NONE=0, DEBUG=1, INFO=2, WARN=3, ERROR=4, CONT=5.
 _LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
 _pending: list[str] = []
+# Conditions llama.cpp warns of that the engine handles itself: a full KV cache makes it free
+# idle KV or end (or requeue) a request with a clean finish reason (Engine._relieve_kv), so
+# the warning is noise in an operator's log; it stays visible at DEBUG.
+_HANDLED = ("failed to find a memory slot",)
 
 
 def _on_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None:
@@ -44,7 +48,8 @@ def _on_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None:
     line = "".join(_pending).rstrip()
     _pending.clear()
     if line:
-        _log.log(_LEVELS.get(level, logging.DEBUG), "%s", line)
+        handled = any(h in line for h in _HANDLED)
+        _log.log(logging.DEBUG if handled else _LEVELS.get(level, logging.DEBUG), "%s", line)
 
 
 # Kept at module level: the C side holds only a raw pointer to this callback.

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine.request import ConstraintPlan
 from ..errors import InvalidRequest
 from ..grammar import Grammar
+from .template import ChatTemplate
 from .tools import (
     FINISH_TOOL,
     ContentDelta,
@@ -35,6 +36,8 @@ __all__ = [
     "prepare_chat",
     "model_traits",
     "output_limit",
+    "wanted_limit",
+    "check_room",
     "FINISH_TOOL_MODES",
     "with_finish_default",
     "effort_budget",
@@ -78,6 +81,14 @@ def with_finish_default(opts: ChatOptions, mode: str) -> ChatOptions:
     return replace(opts, finish_tool=mode == "auto" and opts.tool_choice.mode == "required")
 
 
+def chat_template(lm: LoadedModel, tools: bool) -> tuple[ChatTemplate, Traits]:
+    """The template (and its traits) for a request with or without tools: the GGUF's
+    tool-use template when there are tools and it has one, as llama.cpp chooses."""
+    if tools and lm.tool_template is not None and lm.tool_traits is not None:
+        return lm.tool_template, lm.tool_traits
+    return lm.template, lm.traits
+
+
 def model_traits(lm: LoadedModel) -> Traits:
     """Per-model facts derived from its template and vocabulary (computed at load)."""
     return lm.traits
@@ -98,21 +109,21 @@ class ChatSetup:
 
 
 def prepare_chat(lm: LoadedModel, opts: ChatOptions) -> ChatSetup:
-    traits = model_traits(lm)
     tools, finish = _with_finish_tool(opts)
     if opts.tool_choice.mode == "none":
         # No calls may be made, so none are parsed either: a reply that looks like one (a
         # JSON answer, say) is content.
         tools = []
+    template, traits = chat_template(lm, bool(tools))
     fmt = traits.tool_format
     messages, extra = fmt.prepare(opts.messages, tools)
     kwargs = {**opts.template_kwargs, **extra}
     # Said either way, as llama.cpp does: some templates open the think block only when
     # told to (QwQ's and DeepSeek's in llama.cpp's tree test `enable_thinking`).
     kwargs.setdefault("enable_thinking", opts.thinking)
-    kwargs = {**asked_variables(lm.template.variables, opts), **kwargs}
-    text = lm.template.render(messages, add_generation_prompt=True, **kwargs)
-    text = lm.template.strip_bos_eos(text, add_bos=lm.model.add_bos)
+    kwargs = {**asked_variables(template.variables, opts), **kwargs}
+    text = template.render(messages, add_generation_prompt=True, **kwargs)
+    text = template.strip_bos_eos(text, add_bos=lm.model.add_bos)
     tokens = lm.model.tokenize(text, add_special=True, parse_special=True)
     markers = traits.reasoning
     started = markers is not None and markers.opened_by(text)
@@ -253,7 +264,7 @@ def _constraint(
         # only when the template can show the model such a turn (else it invents calls).
         parallel = opts.parallel_tool_calls
         if parallel is None:
-            parallel = supports_parallel_calls(lm.template.source)
+            parallel = supports_parallel_calls(chat_template(lm, True)[0].source)
         parallel = parallel and opts.tool_choice.mode != "function"
         tp = traits.tool_format.plan(tools, opts.tool_choice, parallel, lm.model.special_id)
         if markers is not None and (opts.thinking or started):
@@ -341,19 +352,52 @@ class ChatOutput:
         return out
 
 
-def output_limit(plan: ConstraintPlan | None, requested: int | None, default: int, room: int) -> int | None:
-    """`max_tokens` for one request, whatever API it came through.
+def wanted_limit(plan: ConstraintPlan | None, requested: int | None, default: int) -> int:
+    """`max_tokens` a request asks for, whatever API it came through, before the context's
+    room: what it asked for, if it asked; else for constrained output whose schema makes
+    every answer finite, that bound (a token is at least one byte, so the grammar's byte
+    bound plus the end-of-text token: every answer fits); else the server's default output
+    budget (`-max-tokens`), for free text as for constrained output."""
+    if requested is not None:
+        return requested
+    if plan is not None and not plan.lazy:
+        bound = getattr(plan.grammar, "max_bytes", None)
+        if bound is not None:
+            return bound + 1
+    return default
 
-    What the request asked for, if it asked. Otherwise constrained output is bounded: by
-    the schema itself when it makes every answer finite (a token is at least one byte, so
-    the grammar's byte bound plus the end-of-text token), else by the server's default
-    (`-max-tokens`); free text without a limit runs to its end or the context's. Never
-    more than `room`, the context left after the prompt (at least 1).
-    """
-    limit = requested
-    if limit is None and plan is not None:
-        bound = getattr(plan.grammar, "max_bytes", None) if not plan.lazy else None
-        limit = default if bound is None else bound + 1
-    if limit is None:
-        return None
-    return min(limit, max(1, room))
+
+def output_limit(plan: ConstraintPlan | None, requested: int | None, default: int, room: int) -> int:
+    """`wanted_limit`, never more than `room`, the context left after the prompt (at least 1)."""
+    return min(wanted_limit(plan, requested, default), max(1, room))
+
+
+# The longest shortest-answer search run before a request (tokens).
+MIN_SEARCH = 8192
+
+
+def check_room(
+    lm: LoadedModel, plan: ConstraintPlan | None, n_prompt: int, requested: int | None, default: int
+) -> None:
+    """A 400 naming the minimum when the output limit of a prompt of `n_prompt` tokens
+    (`output_limit`) cannot hold the shortest answer its plan's grammar allows (active
+    from the first token; a lazy or thinking plan is not judged), before anything runs.
+    Compiles the grammar on a miss: call off the event loop."""
+    if plan is None or plan.grammar is None or plan.lazy or plan.starts_thinking:
+        return
+    n_ctx = lm.engine.n_ctx
+    limit = output_limit(plan, requested, default, n_ctx - n_prompt)
+    shortest = lm.model.compile_cache.min_tokens(plan.grammar, MIN_SEARCH)
+    if shortest is None or shortest <= limit:
+        return
+    if limit < wanted_limit(plan, requested, default):
+        raise InvalidRequest(
+            f"the context ({n_ctx} tokens) leaves room for {limit} after the prompt, too few for "
+            f"any valid answer: the shortest takes {shortest} tokens",
+            param="messages",
+        )
+    raise InvalidRequest(
+        f"max_tokens {limit} is too small for any valid answer: the shortest takes {shortest} tokens "
+        f"(set max_tokens to at least {shortest})",
+        param="max_tokens",
+    )

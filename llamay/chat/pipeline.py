@@ -36,7 +36,7 @@ from ..errors import EngineError, InternalError, InvalidRequest, LlamayError
 from ..grammar.report import check
 from ..kv.pool import SHARED
 from ..types import ErrorEvent, FinishEvent, SamplingParams, StopSpec, TokenEvent, Usage
-from .flow import ChatSetup, Piece, output_limit
+from .flow import ChatSetup, Piece, check_room, output_limit, wanted_limit
 from .prepare import Knobs, Prepared, Prompt, align_prompt, chat_prompt, sampling_defaults, text_prompt
 from .tools import ToolCall
 
@@ -61,6 +61,7 @@ __all__ = [
     "start_batch",
     "align_prompt",
     "compile_plan",
+    "check_room",
     "engine_failure",
     "sampling_defaults",
     "Renderer",
@@ -79,7 +80,8 @@ class RunSpec:
     """How to generate, whatever API asked. `keep_tokens`: keep each choice's token
     events (for log-probs). `prompt_logprobs`: score the prompt's own tokens with that many
     alternatives, from prompt token `score_from` on (the tokens before it may share a
-    cached prefix). `default_max`: the limit for constrained output that sets none.
+    cached prefix). `default_max`: the server's default output budget, for a request
+    that sets no limit.
     `namespace`: the prefix-cache namespace (None: the current request's, set from its
     principal by the HTTP edge; "" outside a server)."""
 
@@ -352,6 +354,7 @@ async def start_batch(
     none, their constraints compiled first."""
     for prompt in prompts:
         await compile_plan(lm, prompt.plan)
+        await asyncio.to_thread(check_room, lm, prompt.plan, len(prompt.tokens), spec.max_tokens, spec.default_max)
     return _submit(lm, prompts, spec, held, new_context)
 
 
@@ -389,8 +392,9 @@ def requests_for(
     """One engine request per choice. With a seed, choice i uses seed + i so that n > 1
     gives different texts that are still reproducible."""
     n_ctx = lm.engine.n_ctx
+    wanted = wanted_limit(plan, spec.max_tokens, spec.default_max)
     max_tokens = output_limit(plan, spec.max_tokens, spec.default_max, n_ctx - len(tokens))
-    stop = StopSpec(max_tokens=max_tokens, stop=spec.stop)
+    stop = StopSpec(max_tokens=max_tokens, stop=spec.stop, asked=wanted if wanted > max_tokens else None)
     out = []
     for i in range(spec.n):
         sampling = spec.sampling

@@ -34,7 +34,7 @@ from ..grammar import Grammar
 from ..store import gguf_sampling_defaults
 from ..types import DEFAULTABLE, SamplingParams
 from .fim import fim_tokens
-from .flow import ChatOptions, ChatSetup, prepare_chat, with_finish_default
+from .flow import ChatOptions, ChatSetup, check_room, prepare_chat, with_finish_default
 from .template import ChatTemplate
 
 if TYPE_CHECKING:
@@ -251,7 +251,7 @@ class ChatInput(Input):
     def prompt(self, lm: LoadedModel, env: Env) -> Prompt:
         if self.template is not None:
             # A view of the model with the request's template (its traits detected anew).
-            lm = replace(lm, template=self.template)
+            lm = replace(lm, template=self.template, tool_template=None)
         elif lm.template.fallback and self.untemplated != "chatml":
             return self._untemplated(lm)
         opts = with_finish_default(self.options, env.finish_tool)
@@ -375,17 +375,25 @@ def server_defaults(runtime: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+def catalog_defaults(runtime: Any, name: str) -> dict[str, Any]:
+    """The sampling defaults the store's catalog gives model `name` ({} for other models)."""
+    catalog = getattr(getattr(runtime, "store", None), "catalog", None)
+    entry = catalog.get(name) if catalog is not None else None
+    return entry.sampling_defaults if entry is not None else {}
+
+
 def effective_params(runtime: Any, name: str, path: Path | None) -> dict[str, Any]:
-    """A model's parameters (Ollama option names) before a request's own: the GGUF's
-    `general.sampling.*`, then the server's flags, then what `create` set for `name`
-    (the store reports the GGUF's and create's together; a value equal to the GGUF's
-    counts as the GGUF's). Reads the GGUF header (cached): call off the event loop."""
+    """A model's parameters (Ollama option names) before a request's own: the catalog's
+    for a catalog model, then the GGUF's `general.sampling.*`, then the server's flags,
+    then what `create` set for `name` (the store reports the GGUF's and create's together;
+    a value equal to the GGUF's counts as the GGUF's). Reads the GGUF header (cached):
+    call off the event loop."""
     params = store_call(runtime, "params", name)
     if not params and path is not None:
         params = store_call(runtime, "params", str(path))
     gguf = gguf_sampling_defaults(path) if path is not None else {}
     own = {k: v for k, v in (params or {}).items() if k not in gguf or gguf[k] != v}
-    return {**gguf, **server_defaults(runtime), **own}
+    return {**catalog_defaults(runtime, name), **gguf, **server_defaults(runtime), **own}
 
 
 async def sampling_defaults(runtime: Any, lm: LoadedModel) -> dict[str, Any]:
@@ -449,4 +457,5 @@ def _prepare(runtime: Any, lm: LoadedModel, job: Job, load_ns: int) -> Prepared:
             # Into the model's compile cache (the first compile also builds its llguidance
             # tokenizer), so submitting finds it compiled.
             lm.model.compile_cache.get(p.plan.grammar)
+        check_room(lm, p.plan, len(p.tokens), knobs.max_tokens, runtime.config.max_tokens)
     return Prepared(lm, prompts, knobs, runtime.config.max_tokens, load_ns)

@@ -72,8 +72,15 @@ def _check(r: httpx.Response) -> httpx.Response:
 
 
 def ls(args: argparse.Namespace) -> int:
+    rows: list[dict[str, Any]] = []
     with _client(args.url, args.key) as c:
-        rows = _check(c.get("/v1/contexts")).json()["data"]
+        params = {"limit": "1000"}
+        while True:  # the server returns a page at a time
+            page = _check(c.get("/v1/contexts", params=params)).json()
+            rows += page["data"]
+            if not page.get("has_more") or not page["data"]:
+                break
+            params["after"] = page["last_id"]
     print(f"{'ID':<30} {'MODEL':<16} {'TOKENS':>7} {'OWNER':<10} {'MARKING':<14} RESIDENT")
     for r in rows:
         print(f"{r['id']:<30} {r['model']:<16} {r['tokens']:>7} {str(r['owner'] or '-'):<10} "

@@ -27,7 +27,7 @@ from ..config import (
 from .common import fail, flag, human_bytes, human_count
 from .logs import kv, setup_logging
 
-__all__ = ["add_parser", "add_server_flags", "config_from_args", "parse_addr", "parse_duration"]
+__all__ = ["add_parser", "add_server_flags", "config_from_args", "parse_addr", "parse_duration", "parse_size"]
 
 log = logging.getLogger("llamay.cli")
 DEFAULT = ServerConfig()
@@ -79,8 +79,9 @@ def add_server_flags(p: argparse.ArgumentParser, help_for: Mapping[str, str] | N
         help="context size in tokens, shared by running requests (default: the model's, at most 8192)")  # fmt: skip
     add("batch", type=int, default=rc.batch, help=f"tokens per decode step (default {rc.batch})")
     add("max-tokens", dest="max_tokens", type=int, default=rc.max_tokens,
-        help="limit for constrained output (schema, grammar, tools) when a request sets none and the "
-        f"schema does not bound it (default {rc.max_tokens})")  # fmt: skip
+        help="the default output budget: tokens a request that sets no limit may generate, on every "
+        "API (a schema that bounds its answers gets its own bound; a limit above what the context "
+        f"holds is cut to that, and said) (default {rc.max_tokens})")  # fmt: skip
     add("finish-tool", dest="finish_tool", default=os.environ.get(ENV_FINISH_TOOL, rc.finish_tool),
         help='"auto" adds a finish tool to chat requests with tool_choice "required" that do not set '
         "finish_tool, so the model may end an agent loop without a call; off (the default): only "
@@ -119,6 +120,18 @@ def add_server_flags(p: argparse.ArgumentParser, help_for: Mapping[str, str] | N
         help=f"time a connection has to send a request's headers (default {_span(limits.header_timeout)})")  # fmt: skip
     add("body-timeout", dest="body_timeout", type=parse_duration, default=limits.body_timeout,
         help=f"time a request has to send its whole body, else 408 (default {_span(limits.body_timeout)})")  # fmt: skip
+    add("max-body", dest="max_body", type=parse_size, default=limits.max_body,
+        help=f"largest request body, else 413 (default {limits.max_body >> 20}M)")  # fmt: skip
+    add("max-field", dest="max_field", type=parse_size, default=limits.max_field,
+        help="largest free-text field the server keeps, such as a context's marking, else 400 "
+        f"(default {limits.max_field} bytes)")  # fmt: skip
+    add("responses-per-key", dest="responses_per_key", type=parse_size, default=limits.responses_per_key,
+        help="bytes of stored Responses kept per API key; past it the oldest go "
+        f"(default {limits.responses_per_key >> 20}M)")  # fmt: skip
+    add("responses-total", dest="responses_total", type=parse_size, default=limits.responses_total,
+        help=f"bytes of stored Responses kept in all (default {limits.responses_total >> 20}M)")  # fmt: skip
+    add("response-ttl", dest="response_ttl", type=parse_duration, default=limits.response_ttl,
+        help=f"how long a stored response is kept (default {_span(limits.response_ttl)})")  # fmt: skip
     add("log-level", dest="log_level", default=d.log_level,
         help=f"DEBUG, INFO, WARNING (default {d.log_level})")  # fmt: skip
     if own:
@@ -147,6 +160,16 @@ def parse_duration(text: str) -> float:
         return float(t)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 30s, 5m, 1h)") from None
+
+
+def parse_size(text: str) -> int:
+    """ "4096", "64K", "32M", "1G" (KiB, MiB, GiB; a trailing "B" or "iB" is allowed)."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(t[-1:], 1)
+    digits = t[:-1] if scale > 1 else t
+    if not digits.isdigit():
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 4096, 64K, 32M, 1G)")
+    return int(digits) * scale
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -195,6 +218,11 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_connections=args.max_connections,
         header_timeout=args.header_timeout,
         body_timeout=args.body_timeout,
+        max_body=args.max_body,
+        max_field=args.max_field,
+        responses_per_key=args.responses_per_key,
+        responses_total=args.responses_total,
+        response_ttl=args.response_ttl,
     )
     return ServerConfig(
         model=args.model,
@@ -267,8 +295,15 @@ def run_serve(args: argparse.Namespace) -> int:
             max_loaded=config.max_loaded,
             keep_alive=f"{config.keep_alive:g}s" if config.keep_alive >= 0 else "forever",
             auth="api keys" if keys.enabled else "none (single user)",
+            batch_invariant="no" if loaded.batch_variance else "yes",
         ),
     )
+    if loaded.batch_variance:
+        log.warning(
+            "this model's output may vary with what else the server runs (outside the promise of "
+            "repeatable output)",
+            extra=kv(model=loaded.name, why="; ".join(loaded.batch_variance)),
+        )
     print(banner_table(f"http://{addr}"), file=sys.stderr, flush=True)
     if not keys.enabled and config.host not in ("localhost", "127.0.0.1", "::1"):
         log.warning(

@@ -58,7 +58,7 @@ class Engine:
         self.config = config or EngineConfig()
         self.stats = EngineStats()
         self._cond = threading.Condition()
-        self._tenants = Tenants(self.config.fair, self.config.max_queue)
+        self._tenants = Tenants(self.config.fair, self.config.max_queue, self.config.concurrency)
         self._waiting = self._tenants.waiting  # guarded by _cond
         self._running: list[Sequence] = []
         self._light_step = False  # the last step read light tenants' prompts alone
@@ -210,26 +210,35 @@ class Engine:
     def _admit(self) -> None:
         """Start the waiting requests the scheduler admits (lock held): the least served
         tenant's first, each tenant's in arrival order. When the one whose turn it is cannot
-        start, a sequence of a tenant holding more of the running set may make way for it;
-        else the pass stops (the turn is kept: nobody passes the tenant served least)."""
+        start, a sequence of a tenant holding more than its share of the running set may make
+        way for it, or else for the next waiting tenant in the ledger's order (a tenant with
+        work waiting gets its share of the seats at once); else the pass stops."""
         for handle, sink in self._waiting.drop_aborted():
             self._emit_finish_unstarted(handle, sink)
         running = Counter(self._tenants.of(s.request) for s in self._running)
         self._tenants.refresh(self._running, time.monotonic())
         admission = Admission.begin(self._running, self.config.concurrency, self.n_ctx)
+        slack = float(self.ctx.n_batch)  # counters move by up to a step's budget at once
+        ledger = self._tenants.ledger
         turn: str | None = None
         while self._waiting:
-            tenant = turn or next_tenant(self._waiting.heads(), self._tenants.ledger, running)
+            heads = self._waiting.heads()
+            tenant = turn or next_tenant(heads, ledger, running, slack)
             handle, sink = self._waiting.head(tenant)
             seq_id = None
             if admission.verdict(len(handle.request.tokens), False) == "admit":
                 seq_id = self.kv.acquire()
             if seq_id is None:
-                if not self._make_way(tenant, running):
+                movers = [tenant]
+                if turn is None:
+                    movers += sorted(
+                        (t for t in heads if t != tenant), key=lambda t: (ledger.counter(t), heads[t])
+                    )
+                turn = next((t for t in movers if self._make_way(t, running, slack)), None)
+                if turn is None:
                     break
                 admission = Admission.begin(self._running, self.config.concurrency, self.n_ctx)
-                turn = tenant  # the seat is for this tenant, whatever the refund did
-                continue
+                continue  # the seat is for `turn`, whoever is least served now
             turn = None
             self._waiting.pop(tenant)
             seq = self._start(handle, sink, seq_id)
@@ -238,20 +247,18 @@ class Engine:
                 running[tenant] += 1
                 self.stats.requests += 1
                 admission.started(seq.n_prompt)
-                self._tenants.started(seq)
 
-    def _make_way(self, tenant: str, running: Counter[str]) -> bool:
+    def _make_way(self, tenant: str, running: Counter[str], slack: float) -> bool:
         """Put back the running sequence `scheduler.make_way` picks for `tenant`, keeping
         what it computed as a cached prefix it starts from again; False if none."""
         if not self.config.fair:
             return False
         seats = self._tenants.seats(self._running)
-        i = make_way(seats, tenant, self._tenants.ledger)
+        i = make_way(seats, tenant, self._tenants.ledger, slack)
         if i is None:
             return False
         victim = self._running.pop(i)
         running[seats[i].tenant] -= 1
-        self._tenants.refund(victim)
         req = victim.request
         self.kv.settle(victim, None, completed=True, cache=True, namespace=req.namespace)
         self._waiting.push_front(seats[i].tenant, victim.handle, victim.sink)
@@ -384,6 +391,7 @@ class Engine:
         by_tenant = self.stats.by_tenant
         for sl in plan:
             ready[sl.index].n_past += sl.count
+            self._tenants.computed(ready[sl.index], sl.count)
             ready[sl.index].decode_seconds += spent
             tenant = ready[sl.index].request.tenant
             by_tenant[tenant] = by_tenant.get(tenant, 0) + sl.count
@@ -394,7 +402,6 @@ class Engine:
             lp = score_row(self.ctx.logits(row), self.model.n_vocab, s.tokens[pos + 1], k, self.model.pieces)
             s.prompt_scores.append(lp)
         for s, row in rows:
-            self._tenants.generated(s)
             self._apply(s, sample_step(s, self.ctx.logits(row), self.model, self.n_ctx))
         self._running = [s for s in self._running if not s.done]
 
@@ -414,7 +421,6 @@ class Engine:
         victim = self._running[choice.index]
         if choice.requeue:
             self._running.remove(victim)
-            self._tenants.refund(victim)
             self.kv.release(victim.seq_id)
             with self._cond:
                 self._waiting.push_front(self._tenants.of(victim.request), victim.handle, victim.sink)
@@ -430,7 +436,6 @@ class Engine:
         if s.done:
             return
         s.done = True
-        self._tenants.refund(s)
         completed = reason in ("stop", "length")
         context_id = self.kv.settle(
             s, s.request.session, completed=completed, cache=s.request.cache, namespace=s.request.namespace
@@ -451,6 +456,7 @@ class Engine:
             "mask_steps": s.mask_steps,
             "mask_ms": s.mask_seconds * 1000.0,
             "context_id": context_id,
+            "closed_early": s.closed_early,
         }
         tail = "" if reason == "abort" else s.text.flush()
         usage = Usage(s.n_prompt, n_gen, s.n_cached)
@@ -466,7 +472,6 @@ class Engine:
         self._safe_sink(sink, FinishEvent("abort", usage))
 
     def _fail_all(self, exc: Exception) -> None:
-        self._tenants.forget_charges()
         for s in self._running:
             s.done = True
             self.kv.release(s.seq_id)

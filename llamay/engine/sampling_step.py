@@ -20,7 +20,14 @@ from .packed_mask import PackedMask
 from .sampler import Sample
 from .sequence import Sequence
 
-__all__ = ["Finish", "Outcome", "StepModel", "sample_step"]
+__all__ = ["Finish", "Outcome", "StepModel", "sample_step", "CLOSED_EARLY"]
+
+CLOSED_EARLY = "max_tokens was nearly spent: the answer was closed early with the shortest valid ending"
+# Near the end of max_tokens (within twice the shortest completion, plus this), every
+# sampled token is checked to leave room for one; before that the room is re-measured
+# every ROOM_EVERY tokens.
+ROOM_SLACK = 16
+ROOM_EVERY = 16
 
 
 class StepModel(Protocol):
@@ -93,6 +100,8 @@ def _sample(s: Sequence, logits: np.ndarray, model: StepModel) -> Sample | Finis
     forced = s.budget_token()
     if forced is not None:
         return Sample(forced)
+    if s.closing:
+        return Sample(s.closing.pop(0))
     if s.constraint is None:
         return s.sampler.sample(logits)
     assert s.mask is not None
@@ -108,22 +117,88 @@ def _sample(s: Sequence, logits: np.ndarray, model: StepModel) -> Sample | Finis
         sample = s.sampler.sample(logits, s.mask)
     except ValueError as exc:  # the mask allows nothing the model can produce
         return Finish("error", f"no token can continue the required format: {exc}")
+    sample = _in_layout(s, logits, sample)
+    fitted = _fit(s, sample, model.eog_ids)
     s.mask_seconds += time.perf_counter() - t0
     s.mask_steps += 1
+    return fitted
+
+
+# Samples drawn again, each without the token before, for one that keeps the layout.
+LAYOUT_TRIES = 16
+
+
+def _in_layout(s: Sequence, logits: np.ndarray, sample: Sample) -> Sample:
+    """`sample`, or when its token leaves the canonical layout (layout.py) the next best
+    token that keeps it: the refused token's bit is cleared from the mask and sampling
+    runs again. After LAYOUT_TRIES refusals the last sample stands (still valid JSON)."""
+    c = s.constraint
+    assert c is not None and s.mask is not None
+    words = s.mask.view(np.uint32)
+    for _ in range(LAYOUT_TRIES):
+        if c.keeps_layout(sample.token):
+            return sample
+        t = sample.token
+        words[t >> 5] &= np.uint32(~(1 << (t & 31)) & 0xFFFFFFFF)
+        try:
+            sample = s.sampler.sample(logits, s.mask)
+        except ValueError:  # nothing else allowed: keep what the grammar took
+            return Sample(t)
     return sample
+
+
+def _fit(s: Sequence, sample: Sample, eog: frozenset[int]) -> Sample | Finish:
+    """`sample`, unless taking it would leave too few tokens under max_tokens to finish a
+    valid answer: then the first token of the shortest completion (the rest are forced in
+    the next steps), or the end when the answer is complete already."""
+    c = s.constraint
+    limit = s.request.stop.max_tokens
+    if c is None or limit is None or sample.token in eog:
+        return sample
+    left = limit - s.n_generated  # this token included
+    if not _near_end(s, left):
+        return sample
+    after = c.completion(left - 1, first=sample.token)
+    if after is not None:
+        s.room, s.room_at = len(after), s.n_generated + 1  # measured after this token
+        return sample
+    now = c.completion(left)
+    if now is None:  # no valid ending fits any more: the answer may end incomplete
+        return sample
+    s.closed_early = True
+    if not now:
+        return Finish("stop", CLOSED_EARLY)
+    s.closing = now[1:]
+    return Sample(now[0])
+
+
+def _near_end(s: Sequence, left: int) -> bool:
+    assert s.constraint is not None
+    if s.room_at < 0 or s.n_generated - s.room_at >= ROOM_EVERY:
+        found = s.constraint.completion(left)
+        # None: no ending fits in what is left, so there is nothing to steer to (looked
+        # for again ROOM_EVERY tokens on, in case the model closed something itself).
+        s.room, s.room_at = (-1 if found is None else len(found)), s.n_generated
+    return s.room >= 0 and left <= 2 * s.room + ROOM_SLACK
 
 
 def _check_end(s: Sequence, n_ctx: int, *, stopped: bool) -> Finish | None:
     spec = s.request.stop
     inside = s.constraint is not None and not s.constraint.is_accepting()
+    if s.closed_early and not s.closing and not inside:
+        return Finish("stop", CLOSED_EARLY)
     if stopped:
         return Finish("stop")
     if spec.max_tokens is not None and s.n_generated >= spec.max_tokens:
-        if inside:
-            return Finish(
-                "length", "max_tokens ended generation inside the required format; the output is incomplete"
+        said = []
+        if spec.asked is not None:
+            said.append(
+                f"the context is full ({n_ctx} tokens): max_tokens {spec.asked} was cut to "
+                f"{spec.max_tokens}, the room the prompt left"
             )
-        return Finish("length")
+        if inside:
+            said.append("max_tokens ended generation inside the required format; the output is incomplete")
+        return Finish("length", "; ".join(said) or None)
     if s.n_tokens >= n_ctx:
         message = f"the context is full ({n_ctx} tokens)"
         if inside:

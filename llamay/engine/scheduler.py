@@ -62,7 +62,7 @@ class Slice:
     logits: bool
 
 
-# While a tenant waiting on one request at a time (a chat) shares the engine with others,
+# While a tenant waiting on a few short requests at a time (a chat) shares the engine with others,
 # steps are kept short, since its next first token waits for the step in progress (on
 # SmolLM2 on two idle cores a step of 512 prompt tokens takes ~1.6 s, one of 32 ~0.1 s).
 # How short: at least SHARED_CHUNK prompt tokens, and enough that a step's fixed cost stays
@@ -114,16 +114,19 @@ def _average(old: float | None, new: float, alpha: float) -> float:
 class Sharing:
     """How one step is shared between tenants (see `schedule`). `tenants[i]` is the tenant
     of the i-th sequence; `weights` maps a tenant to its weight (default 1). `light`: the
-    tenants with a single sequence in flight (a chat), whose prompts are read whole in a step
+    tenants with a few short sequences in flight (a chat client; `tenants.LIGHT_PROMPT`),
+    whose prompts are read whole in a step
     of their own when `light_alone` (the engine alternates, so nobody else's prompts wait
     more than every other step). `prompt_cap`: prompt tokens a step reads at most (None: the
-    whole budget)."""
+    whole budget). `served`: each tenant's `Ledger` counter (default 0): the prompt budget
+    goes first to the tenants served least, so one that fell behind catches up."""
 
     tenants: Sequence[str]
     weights: Mapping[str, float] = field(default_factory=dict)
     light: frozenset[str] = frozenset()
     light_alone: bool = True
     prompt_cap: int | None = None
+    served: Mapping[str, float] = field(default_factory=dict)
 
 
 def schedule(seqs: Sequence[Schedulable], budget: int, sharing: Sharing | None = None) -> list[Slice]:
@@ -133,8 +136,10 @@ def schedule(seqs: Sequence[Schedulable], budget: int, sharing: Sharing | None =
     the prompts of light tenants come first, whole, and with `light_alone` without any other
     prompt in the step (so a chat's first token waits for a step as short as its own prompt).
     Otherwise the prompt budget (at most `prompt_cap`) is shared between the tenants with
-    prompts to read, in proportion to their weights, max-min fair: a tenant that needs less
-    than its share leaves the rest to the others. Each tenant's share goes to its own prompts
+    prompts to read by water-filling their counters (`served`): the least served tenant's
+    share comes first, until its counter reaches the next one's, then both rise together in
+    proportion to their weights, and so on; with equal counters that is max-min fair by
+    weight. A tenant that needs less than its share leaves the rest to the others. Each tenant's share goes to its own prompts
     in arrival order, and what is left over (rounding, the two-token final chunk) to any
     prompt in arrival order. So one tenant's prompt is read in the next step however many
     long ones another tenant is reading. Slices are listed decode tokens first, then prompt
@@ -186,7 +191,7 @@ def _share(
     for i in prefill:
         if tenants[i] not in sharing.light:
             demand[tenants[i]] = demand.get(tenants[i], 0) + seqs[i].n_tokens - seqs[i].n_past
-    shares = _split(room, demand, sharing.weights)
+    shares = _fill(room, demand, sharing.weights, sharing.served)
     for i in prefill:
         t = tenants[i]
         if t in shares:
@@ -202,6 +207,37 @@ def _chunk(pending: int, room: int) -> int:
     if pending - count == 1:
         count -= 1  # leave two for the final chunk (see the module docstring)
     return max(count, 0)
+
+
+def _fill(
+    budget: int, demand: Mapping[str, int], weights: Mapping[str, float], served: Mapping[str, float]
+) -> dict[str, int]:
+    """`budget` tokens shared between tenants that want `demand` so that their counters
+    (`served`, plus tokens / weight) end as level as the budget allows: the lowest rise
+    first, then together with the next, by weight (`_split` among equals)."""
+    alloc = dict.fromkeys(demand, 0)
+    left = budget
+    while left > 0:
+        want = {t: demand[t] - alloc[t] for t in demand if demand[t] > alloc[t]}
+        if not want:
+            break
+        level = {t: served.get(t, 0.0) + alloc[t] / weights.get(t, 1.0) for t in want}
+        low = min(level.values())
+        # within a token of the lowest counts as level, so two close tenants rise together
+        lowest = {t: n for t, n in want.items() if level[t] <= low + 1 / weights.get(t, 1.0)}
+        above = [v for t, v in level.items() if t not in lowest]
+        give = left
+        if above:  # raise the lowest to the next level, no further this round
+            rise = (min(above) - low) * sum(weights.get(t, 1.0) for t in lowest)
+            give = min(left, max(len(lowest), math.ceil(rise)))
+        got = _split(give, lowest, weights)
+        spent = sum(got.values())
+        if spent == 0:
+            break  # rounding left nothing to give: the caller hands the rest out in arrival order
+        for t, n in got.items():
+            alloc[t] += n
+        left -= spent
+    return alloc
 
 
 def _split(budget: int, demand: Mapping[str, int], weights: Mapping[str, float]) -> dict[str, int]:
@@ -347,10 +383,11 @@ class Ledger:
     Sheng et al., OSDI 2024): how much each tenant has been served, so the next waiting
     sequence to start comes from the tenant served least (`next_tenant`).
 
-    A tenant pays `tokens / weight` (`charge`): for the prompt positions a sequence must
-    compute, or take from a running request, when it starts (what the prefix cache or its
-    context gives it is free), returned (`charge` with a negative count) for the ones it
-    never got to; and for each token it generates. A weight-2 tenant pays half as much,
+    A tenant pays `tokens / weight` (`charge`) for every position computed for it, as it is
+    computed: the prompt positions read (what the prefix cache, its context or a running
+    request's prompt gives it is free) and each generated token fed back. So its counter
+    follows what it was served, step by step, however its sequences start, make way or end,
+    and the engine's per-tenant token counts are the same figures. A weight-2 tenant pays half as much,
     so it is served twice as much. A tenant is active while it has sequences waiting or
     running; `refresh` is told which, with their weights, before every admission pass.
 
@@ -397,12 +434,26 @@ class Ledger:
         return self.weights.get(tenant, 1.0)
 
 
-def next_tenant(heads: Mapping[str, int], ledger: Ledger, running: Mapping[str, int]) -> str:
+def next_tenant(
+    heads: Mapping[str, int], ledger: Ledger, running: Mapping[str, int], slack: float = 0.0
+) -> str:
     """Whose waiting sequence starts next, among `heads` (tenant -> the arrival number of
-    its first waiting sequence; not empty): the least served tenant by `ledger`; among
-    equals the one with fewer sequences `running`, then the one whose head came first.
-    A tenant's own sequences start in arrival order."""
-    return min(heads, key=lambda t: (ledger.counter(t), running.get(t, 0), heads[t]))
+    its first waiting sequence; not empty): the least served tenant by `ledger`, counting
+    counters within `slack` of the least as equal (a step charges up to its budget at once);
+    among equals, one that holds fewer than its weighted share of the seats, i.e. that
+    `make_way` would not take the seat back from for another of them; then the least served,
+    the one with fewer sequences `running`, the one whose head came first. A tenant's own
+    sequences start in arrival order."""
+    least = min(ledger.counter(t) for t in heads)
+    near = [t for t in heads if ledger.counter(t) <= least + slack]
+
+    def share(t: str) -> float:
+        return running.get(t, 0) / ledger.weight(t)
+
+    def fits(t: str) -> bool:
+        return all(share(t) < (running.get(u, 0) + 1) / ledger.weight(u) for u in near if u != t)
+
+    return min(near, key=lambda t: (not fits(t), ledger.counter(t), running.get(t, 0), heads[t]))
 
 
 @dataclass(frozen=True)
@@ -416,26 +467,26 @@ class Seat:
     n_past: int
 
 
-def make_way(seats: Sequence[Seat], newcomer: str, ledger: Ledger) -> int | None:
+def make_way(seats: Sequence[Seat], newcomer: str, ledger: Ledger, slack: float = 0.0) -> int | None:
     """The running sequence (index into `seats`) that goes back to the queue so that
-    `newcomer`, the tenant whose turn it is, can start one now; None if none should.
+    `newcomer`, the tenant whose turn it is, can start one more now; None if none should.
 
-    Only a tenant with nothing running is given a seat this way (its first token should not
-    wait for someone else's sequences to end); beyond that, seats change hands as they free,
-    in the ledger's order, so the running set is not churned. A sequence gives way only if it
-    is movable, its tenant has been served at least as much as `newcomer` (by `ledger`) and
-    still holds at least as large a weighted share of the running sequences after giving one
-    up: (k - 1) / w >= 1 / w_new for its k sequences. The move is never undone at once, since
-    that tenant still runs one. Among candidates: the tenant with the largest weighted share,
-    then the most served, then the sequence with the fewest positions computed (the least to
-    carry), the latest of equals."""
+    A tenant with work waiting gets seats up to its weighted share of the running set at
+    once, not only as seats free (its first tokens should not wait for someone else's
+    sequences to end); beyond that, seats change hands as they free, in the ledger's order.
+    A sequence gives way only if it is movable, its tenant has been served at least as much
+    as `newcomer` (by `ledger`, to within `slack`: see `next_tenant`) and still holds at least as large a weighted share of the
+    running sequences after giving one up as `newcomer` holds after taking it:
+    (k - 1) / w >= (n + 1) / w_new for its k sequences and newcomer's n. So seats move
+    towards the weights and the move is never undone at once (the reverse would need
+    n / w_new >= k / w). Among candidates: the tenant with the largest weighted share,
+    then the most served, then the sequence with the fewest positions computed (the least
+    to carry), the latest of equals."""
     count: dict[str, int] = {}
     for seat in seats:
         count[seat.tenant] = count.get(seat.tenant, 0) + 1
-    if count.get(newcomer):
-        return None
-    need = 1 / ledger.weight(newcomer)
-    floor = ledger.counter(newcomer)
+    need = (count.get(newcomer, 0) + 1) / ledger.weight(newcomer)
+    floor = ledger.counter(newcomer) - slack
     best: tuple[float, float, int, int] | None = None
     pick = None
     for i, seat in enumerate(seats):

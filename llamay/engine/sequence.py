@@ -61,6 +61,13 @@ class Sequence:
         has_grammar = self.plan is not None and self.plan.grammar is not None
         if has_grammar and rep.enabled and rep.multiplier > 0 and structural is not None:
             self.ngram = NgramPenalty(rep, structural, req.tokens)
+        # Steering to a shortest completion when max_tokens runs low (sampling_step._fit):
+        # the tokens of it still to force, whether it began, and its length as last measured
+        # (at n_generated `room_at`, -1: not yet; a `room` of -1: none fitted).
+        self.closing: list[int] = []
+        self.closed_early = False
+        self.room = 0
+        self.room_at = -1
         self.mask_steps = 0
         self.mask_seconds = 0.0
         self.decode_seconds = 0.0

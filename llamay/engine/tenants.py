@@ -15,9 +15,15 @@ from .sequence import Sequence as Running
 
 __all__ = ["Tenants", "Waiting"]
 
-# A tenant that had one request at a time in flight within this many seconds counts as
-# interactive: while it shares the engine, steps stay short (scheduler.StepCost.prompt_cap).
+# A tenant that had light work in flight (see LIGHT_PROMPT) within this many seconds counts
+# as interactive: while it shares the engine, steps stay short (scheduler.StepCost.prompt_cap).
 INTERACTIVE_WINDOW = 30.0
+# A sequence with at most this many prompt positions to compute is a chat turn, not a
+# document. A tenant whose sequences in flight are all such, and at most half the seats'
+# worth of them, is light: its prompts are read whole (scheduler.Sharing), so a chat client
+# with a few turns open at once keeps its first tokens quick, while a flood of short prompts
+# (more than half the seats) is not light and shares steps like any other.
+LIGHT_PROMPT = 128
 
 Entry = tuple[Handle, Sink]
 
@@ -35,6 +41,10 @@ class Waiting:
     def __iter__(self) -> Iterator[str]:
         """The tenants with sequences waiting."""
         return iter(self._queues)
+
+    def longest(self, tenant: str) -> int:
+        """The longest prompt among `tenant`'s waiting sequences (0 if none)."""
+        return max((len(h.request.tokens) for h, _ in self._queues.get(tenant, ())), default=0)
 
     def size(self, tenant: str) -> int:
         """`tenant`'s waiting sequences, aborted or not."""
@@ -98,14 +108,14 @@ class Tenants:
     queue, first come first served). `waiting` is used under the engine's lock; the rest
     on the engine thread only."""
 
-    def __init__(self, fair: bool, max_queue: int) -> None:
+    def __init__(self, fair: bool, max_queue: int, concurrency: int = 8) -> None:
         self.fair = fair
         self.max_queue = max_queue
+        self.light_max = max(1, concurrency // 2)  # sequences in flight a light tenant may have
         self.waiting = Waiting()
         self.ledger = Ledger()
-        self._charged: dict[int, int] = {}  # request id -> prompt positions charged at its start
-        self._light: frozenset[str] = frozenset()  # tenants with one sequence in flight
-        self._light_seen: dict[str, float] = {}  # tenant -> when it last had one in flight
+        self._light: frozenset[str] = frozenset()  # tenants with only light work in flight
+        self._light_seen: dict[str, float] = {}  # tenant -> when it last had light work in flight
         self._interactive = False
 
     def of(self, request: GenerateRequest) -> str:
@@ -131,20 +141,23 @@ class Tenants:
 
     def refresh(self, running: Sequence[Running], now: float) -> None:
         """Before an admission pass (lock held): tell the ledger who is active (waiting or
-        running), and note who has a single sequence in flight."""
+        running), and note whose work in flight is light (LIGHT_PROMPT)."""
         active = {self.of(s.request): s.request.weight for s in running}
         in_flight = Counter(self.of(s.request) for s in running)
+        heavy = {self.of(s.request) for s in running if s.n_prompt - s.n_cached > LIGHT_PROMPT}
         for tenant in self.waiting:
             active[tenant] = self.waiting.head(tenant)[0].request.weight
             in_flight[tenant] += self.waiting.size(tenant)
+            if in_flight[tenant] <= self.light_max and self.waiting.longest(tenant) > LIGHT_PROMPT:
+                heavy.add(tenant)
         self.ledger.refresh(active)
-        self._light = frozenset(t for t, n in in_flight.items() if n == 1)
+        self._light = frozenset(t for t, n in in_flight.items() if 0 < n <= self.light_max and t not in heavy)
         for t in self._light:
             self._light_seen[t] = now
         for t in [t for t, seen in self._light_seen.items() if now - seen > INTERACTIVE_WINDOW]:
             del self._light_seen[t]
         # An interactive tenant, in a request or between two, beside someone else's work.
-        chatting = {t for t in self._light_seen if in_flight[t] <= 1}
+        chatting = {t for t in self._light_seen if t in self._light or not in_flight[t]}
         busy = {t for t, n in in_flight.items() if n}
         self._interactive = any(busy - {t} for t in chatting)
 
@@ -155,25 +168,14 @@ class Tenants:
             return None
         cap = short if self._interactive else None
         tenants = [self.of(s.request) for s in ready]
-        return Sharing(tenants, self.ledger.weights, self._light, light_alone, cap)
+        served = {t: self.ledger.counter(t) for t in set(tenants)}
+        return Sharing(tenants, self.ledger.weights, self._light, light_alone, cap, served)
 
-    def started(self, s: Running) -> None:
-        """`s` started: its tenant pays for the prompt positions the cache did not give it."""
-        self._charged[s.request.id] = s.n_prompt - s.n_past
-        self.ledger.charge(self.of(s.request), s.n_prompt - s.n_past)
-
-    def generated(self, s: Running) -> None:
-        self.ledger.charge(self.of(s.request), 1)
-
-    def refund(self, s: Running) -> None:
-        """`s` leaves the running set: return the charge for prompt positions it never got."""
-        charged = self._charged.pop(s.request.id, 0)
-        missing = min(charged, max(0, s.n_prompt - s.n_past))
-        if missing:
-            self.ledger.charge(self.of(s.request), -missing)
-
-    def forget_charges(self) -> None:
-        self._charged.clear()
+    def computed(self, s: Running, n_tokens: int) -> None:
+        """`n_tokens` positions were computed for `s` (prompt positions read, or a token fed
+        back): its tenant pays for them as they are computed, so what it is charged is what
+        it was served, whether `s` finishes, makes way or is aborted."""
+        self.ledger.charge(self.of(s.request), n_tokens)
 
     def served(self, seqs: Sequence[Running]) -> list[float] | None:
         """How much each sequence's tenant has been served; None when not fair."""

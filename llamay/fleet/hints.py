@@ -3,6 +3,7 @@ model it asks for, and token-free hashes of its prompt's prefixes. Pure function
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -15,6 +16,7 @@ __all__ = ["BLOCK", "RouteHint", "prefix_hashes", "read_hint", "rewrite_context"
 # two requests share the first k hashes exactly when their first k blocks are equal.
 BLOCK = 128
 MAX_BLOCKS = 512  # 64 KiB of prompt: a longer shared prefix gains nothing more in routing
+PREFIX_BYTES = BLOCK * MAX_BLOCKS
 
 CHAT_PATHS = {"/v1/chat/completions", "/v1/messages", "/api/chat", "/v1/responses"}
 TEXT_PATHS = {"/v1/completions", "/api/generate"}
@@ -52,7 +54,8 @@ def _canon(value: Any) -> bytes:
 
 def prompt_bytes(path: str, body: dict[str, Any]) -> bytes:
     """The parts of a body that become the start of the rendered prompt, in prompt order:
-    model, tools, system, then each message (or the raw prompt)."""
+    model, tools, system, then each message (or the raw prompt); messages past the first
+    PREFIX_BYTES are left out (they would not be hashed)."""
     parts = [_canon(body.get("model") or "")]
     if path in CHAT_PATHS:
         for key in ("tools", "system", "instructions"):
@@ -60,7 +63,12 @@ def prompt_bytes(path: str, body: dict[str, Any]) -> bytes:
                 parts.append(_canon(body[key]))
         msgs = body.get("messages") if path != "/v1/responses" else body.get("input")
         if isinstance(msgs, list):
-            parts += [_canon(m) for m in msgs]
+            size = sum(map(len, parts))
+            for m in msgs:
+                if size >= PREFIX_BYTES:
+                    break
+                parts.append(_canon(m))
+                size += len(parts[-1])
         elif isinstance(msgs, str):
             parts.append(_canon(msgs))
     elif path in TEXT_PATHS:
@@ -103,10 +111,16 @@ def read_hint(method: str, path: str, query: dict[str, str], body: bytes) -> Rou
 
 def rewrite_context(path: str, body: bytes, hint: RouteHint, local: str) -> tuple[str, bytes]:
     """The request with context id `hint.context` replaced by `local` (the id the holding
-    replica knows it by, after a move) in the path or the body's `llamay_session`."""
+    replica knows it by, after a move) in the path or the body's `llamay_session` (the body
+    is parsed again when the hint does not carry it)."""
     m = _CONTEXT_PATH.match(path)
     if m:
         return f"/v1/contexts/{local}{m.group(2) or ''}", body
-    if hint.body is not None:
-        return path, json.dumps({**hint.body, "llamay_session": local}).encode()
+    parsed = hint.body
+    if parsed is None and body:
+        with contextlib.suppress(ValueError, UnicodeDecodeError):
+            value = json.loads(body)
+            parsed = value if isinstance(value, dict) else None
+    if parsed is not None:
+        return path, json.dumps({**parsed, "llamay_session": local}).encode()
     return path, body

@@ -6,7 +6,14 @@ address); Ray Serve's HTTP proxy is not started, since it would put one more pro
 (`hints.read_hint`), forwards method, path, headers and body unchanged (except a moved
 context's id, rewritten to the id its new replica knows), and streams the replica's
 response back chunk by chunk. Auth is the replicas' own, on every request; the ingress
-checks keys only for /v1/fleet, which no replica serves."""
+checks the key as well before it reads a body (so a client without one never makes it
+buffer anything), and alone for /v1/fleet, which no replica serves.
+
+It applies `serve`'s limits (`spec.server.limits`): connections, the header deadline, the
+body size (413; a restore's body may be RESTORE_BODIES times larger, its replica checking
+it against the model) and the whole-body deadline (408), each error in the shape of the
+API called. Bodies over `INLINE_JSON` are parsed for their hint in a worker thread
+(`HintReader`)."""
 
 from __future__ import annotations
 
@@ -21,6 +28,9 @@ import uvicorn
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from ..api.authn import OPEN_PATHS, OPEN_PREFIXES
+from ..api.errors import api_of, error_body
+from ..api.http import INLINE_JSON, read_body
 from ..auth import bearer_token
 from ..errors import LlamayError
 from .asgi import Forwarded, Head
@@ -35,8 +45,10 @@ log = logging.getLogger("llamay.fleet")
 HOP = {b"host", b"content-length", b"transfer-encoding", b"connection", b"keep-alive"}
 CREATES = ("/v1/contexts", "/v1/contexts/restore")
 RETRY_AFTER = "1"
-BODY_TIMEOUT = 120.0  # seconds a client may take to send a request body (then 408)
-MAX_CONNECTIONS = 1024  # open client connections before the endpoint answers 503
+# A snapshot restore's body may be this many times `max_body` (snapshots hold KV state,
+# which is large; the replica holds it to its model's own limit).
+RESTORE_BODIES = 16
+LIST_PAGE = 100  # contexts a listing returns without `limit`, as each replica's
 
 
 def error_response(path: str, status: int, message: str, retry_after: str | None = RETRY_AFTER) -> Response:
@@ -50,6 +62,12 @@ def error_response(path: str, status: int, message: str, retry_after: str | None
         body = {"error": {"message": message, "type": "server_error", "code": "unavailable"}}
     headers = {"Retry-After": retry_after} if retry_after else {}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def refusal(path: str, exc: LlamayError) -> Response:
+    """A refusal (401, 408, 413, ...) in the shape of the API the path belongs to."""
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+    return JSONResponse(error_body(exc, api_of(path)), status_code=exc.status, headers=headers)
 
 
 def whole_response(head: Head, data: bytes) -> Response:
@@ -77,12 +95,31 @@ def stream_error(content_type: str, message: str) -> bytes:
     return b""
 
 
+class HintReader:
+    """Routing hints of request bodies, and their rewrites for moved contexts: a body over
+    INLINE_JSON is parsed in a worker thread, as `llamay serve` parses its bodies. (The
+    parse still holds the interpreter lock while `json.loads` runs, about a second for a
+    30 MB body here, so the event loop pauses that long: `max_body` bounds it.)"""
+
+    async def hint(self, method: str, path: str, query: dict[str, str], body: bytes) -> RouteHint:
+        if len(body) <= INLINE_JSON:
+            return read_hint(method, path, query, body)
+        return await asyncio.to_thread(read_hint, method, path, query, body)
+
+    async def rewrite(self, path: str, body: bytes, hint: RouteHint, local: str) -> tuple[str, bytes]:
+        if len(body) <= INLINE_JSON:
+            return rewrite_context(path, body, hint, local)
+        return await asyncio.to_thread(rewrite_context, path, body, hint, local)
+
+
 class LlamayIngress:
     def __init__(self, replicas: Any, spec: FleetSpec) -> None:
         self.replicas = replicas
         self.spec = spec
         self.know = knowledge(spec.app_name)
         self.keys = spec.server.key_ring()
+        self.limits = spec.server.limits
+        self.hints = HintReader()
         self.control: dict[str, Any] = {}
         self.recovery = Recovery(spec, self.know, replicas) if spec.state_dir else None
         self._bg: asyncio.Task[None] | None = None
@@ -100,9 +137,9 @@ class LlamayIngress:
         sock = bind(self.spec.host, self.spec.port)  # a busy port fails here, plainly
         config = uvicorn.Config(
             self.asgi,
-            http=guarded_protocol(_base_protocol(), header_timeout=10.0),
-            limit_concurrency=MAX_CONNECTIONS,
-            timeout_keep_alive=5,
+            http=guarded_protocol(_base_protocol(), header_timeout=self.limits.header_timeout),
+            limit_concurrency=self.limits.max_connections,
+            timeout_keep_alive=max(1, round(self.limits.keep_alive_timeout)),
             interface="asgi3",
             lifespan="off",
             log_config=None,
@@ -147,12 +184,15 @@ class LlamayIngress:
         if path == "/v1/fleet" or path.startswith("/v1/fleet/"):
             return await self.fleet_route(request)
         try:
-            body = await asyncio.wait_for(request.body(), BODY_TIMEOUT)
-        except TimeoutError:
-            return error_response(path, 408, "the request body did not arrive in time", None)
+            if self.keys.enabled and path not in OPEN_PATHS and not path.startswith(OPEN_PREFIXES):
+                self.authenticate(request)
+            cap = self.limits.max_body * (RESTORE_BODIES if path == "/v1/contexts/restore" else 1)
+            body = await read_body(request, cap, limits=self.limits)
+        except LlamayError as exc:
+            return refusal(path, exc)
         except ClientDisconnect:
             return Response(status_code=400)
-        hint = read_hint(request.method, path, dict(request.query_params), body)
+        hint = await self.hints.hint(request.method, path, dict(request.query_params), body)
         if request.method == "GET" and path == "/v1/contexts":
             return await self.list_contexts(request)
         renamed: str | None = None
@@ -169,7 +209,7 @@ class LlamayIngress:
             if found is not None:
                 local = found[1]
                 if local != hint.context:
-                    path, body = rewrite_context(path, body, hint, local)
+                    path, body = await self.hints.rewrite(path, body, hint, local)
                     renamed = hint.context
         fwd = Forwarded(
             request.method,
@@ -285,25 +325,43 @@ class LlamayIngress:
             return 503, b""
 
     async def list_contexts(self, request: Request) -> Response:
-        """GET /v1/contexts across the fleet: each replica's list (under the caller's own
-        credentials), with moved contexts shown under their fleet-wide ids."""
+        """GET /v1/contexts across the fleet, one page: each replica's page for the caller's
+        `limit` and `after` (under the caller's own credentials), merged in the replicas' id
+        order and cut to `limit`. Moved contexts are shown under their fleet-wide ids;
+        `last_id` is the cursor in the replicas' order (for the next page's `after`)."""
         headers = [(k, v) for k, v in request.headers.raw if k.lower() not in HOP]
-        rows: list[dict[str, Any]] = []
+        query = request.url.query.encode()
+        limit = request.query_params.get("limit", "")
+        rows: list[tuple[str, dict[str, Any]]] = []
+        more = False
         for view in await self.live():
-            status, data = await self.pinned(view.uid, Forwarded("GET", "/v1/contexts", b"", headers))
+            fwd = Forwarded("GET", "/v1/contexts", query, headers)
+            status, data = await self.pinned(view.uid, fwd)
             if status != 200:
                 return Response(data, status_code=status, media_type="application/json")
-            for row in json.loads(data).get("data", []):
-                row["id"] = self.know.fleet_id(view.uid, row["id"])
+            page = json.loads(data)
+            more = more or bool(page.get("has_more"))
+            for row in page.get("data", []):
+                local = row["id"]
+                row["id"] = self.know.fleet_id(view.uid, local)
                 row["replica"] = view.uid
-                rows.append(row)
-        return JSONResponse({"object": "list", "data": rows})
+                rows.append((local, row))
+        rows.sort(key=lambda pair: pair[0])
+        n = int(limit) if limit.isdigit() else LIST_PAGE  # the replicas checked it
+        more, rows = more or len(rows) > n, rows[:n]
+        last = rows[-1][0] if rows else None
+        body = {"object": "list", "data": [r for _, r in rows], "has_more": more, "last_id": last}
+        return JSONResponse(body)
 
     # -- /v1/fleet (admin) ---------------------------------------------------------------
+    def authenticate(self, request: Request) -> Any:
+        """The caller's principal; Unauthorized (401) without a valid key."""
+        token = bearer_token(request.headers.get("authorization"), request.headers.get("x-api-key"))
+        return self.keys.authenticate(token)
+
     async def fleet_route(self, request: Request) -> Response:
         try:
-            token = bearer_token(request.headers.get("authorization"), request.headers.get("x-api-key"))
-            principal = self.keys.authenticate(token)
+            principal = self.authenticate(request)
         except LlamayError as exc:
             return JSONResponse({"error": {"message": exc.message, "type": "authentication_error"}}, 401)
         if not principal.admin:
@@ -313,7 +371,11 @@ class LlamayIngress:
         if request.method == "GET" and request.url.path == "/v1/fleet":
             return JSONResponse(await self.status())
         if request.method == "POST" and request.url.path == "/v1/fleet/scale":
-            n = (await request.json()).get("replicas")
+            try:
+                given = json.loads(await read_body(request, INLINE_JSON, limits=self.limits) or b"{}")
+            except (LlamayError, ValueError):
+                given = None
+            n = given.get("replicas") if isinstance(given, dict) else None
             if not isinstance(n, int) or n < 1:
                 return JSONResponse({"error": {"message": "'replicas' must be an integer >= 1"}}, 400)
             self.control = {"replicas": n}

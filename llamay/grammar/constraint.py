@@ -20,6 +20,8 @@ import llguidance
 import numpy as np
 
 from ..errors import GrammarError
+from .closing import ClosingTokens, JsonScan, closing_tokens, shortest_completion
+from .layout import Indented
 from .runtime import byte_tokenizer, matcher_error, parser_limits
 
 if TYPE_CHECKING:
@@ -64,6 +66,20 @@ class CompileCache:
         self._entries: OrderedDict[str, Compiled] = OrderedDict()
         self._lock = threading.Lock()
         self._inflight: dict[str, threading.Lock] = {}
+        self._closing: ClosingTokens | None = None
+
+    @property
+    def closing(self) -> ClosingTokens:
+        """The tokenizer's tokens for the shortest completions (see `closing.py`)."""
+        if self._closing is None:
+            self._closing = closing_tokens(self.tokenizer)
+        return self._closing
+
+    def min_tokens(self, grammar: Grammar, limit: int) -> int | None:
+        """Tokens of the shortest answer `grammar` allows that the search finds (None: more
+        than `limit`, or none found). Compiles `grammar` on a miss."""
+        found = shortest_completion(self.get(grammar).template, self.closing, limit, scan=new_scan(grammar))
+        return None if found is None else len(found)
 
     def __len__(self) -> int:
         with self._lock:
@@ -114,6 +130,12 @@ def _compile(grammar: Grammar, tokenizer: llguidance.LLTokenizer) -> Compiled:
     return Compiled(grammar.spec_hash, matcher, elapsed)
 
 
+def new_scan(grammar: Grammar) -> JsonScan | Indented:
+    """What follows a text of `grammar` for its shortest endings: its canonical layout when
+    it is JSON in the indented layout, else only where strings are."""
+    return Indented() if grammar.layout == "indented" else JsonScan()
+
+
 def allocate_mask(tokenizer: llguidance.LLTokenizer) -> np.ndarray:
     """A zeroed int32 bitmask with one bit per token of `tokenizer` (bit t%32 of word
     t//32 set = token t allowed), the shape `Constraint.fill_mask` fills."""
@@ -138,6 +160,10 @@ class Constraint:
         self._n_words = (self.vocab_size + 31) // 32
         self._matcher = cache.get(grammar).matcher()
         self._error: str | None = None
+        self._closing = cache.closing
+        # Where the text consumed so far stands, for `completion` and, for the indented
+        # layout, for `keeps_layout`.
+        self._scan = new_scan(grammar)
 
     @property
     def error(self) -> str | None:
@@ -162,6 +188,7 @@ class Constraint:
             self._error = f"token {token} is outside the vocabulary of {self.vocab_size}"
             return False
         if self._matcher.consume_token(token):
+            self._scan.feed(self._closing.piece(token))
             return True
         self._error = matcher_error(self._matcher) or f"token {token} rejected by the grammar"
         return False
@@ -181,6 +208,20 @@ class Constraint:
             return []
         return list(self._matcher.compute_ff_tokens())
 
+    def keeps_layout(self, token: int) -> bool:
+        """Whether `token` keeps the canonical layout (always, unless the grammar is JSON
+        in the indented layout: see layout.py). The grammar's mask is checked apart."""
+        scan = self._scan
+        return not isinstance(scan, Indented) or scan.accepts(self._closing.piece(token))
+
+    def completion(self, limit: int, first: int | None = None) -> list[int] | None:
+        """A shortest completion from here (after `first`, when given) of at most `limit`
+        tokens, or None (see `closing.shortest_completion`). Advances nothing."""
+        if self._error is not None:
+            return None
+        return shortest_completion(self._matcher, self._closing, limit, first=first, scan=self._scan)
+
     def rollback(self, n_tokens: int) -> bool:
-        """Undo the last `n_tokens` consumed tokens (for speculative decoding)."""
+        """Undo the last `n_tokens` consumed tokens (for speculative decoding). The text's
+        scan for `completion` and `keeps_layout` is not undone: steer nothing after this."""
         return self._error is None and self._matcher.rollback(n_tokens)

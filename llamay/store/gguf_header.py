@@ -27,10 +27,12 @@ _STRING, _ARRAY = 8, 9
 class GgufHeader:
     """`metadata`: every key/value, arrays longer than the reader's limit given as []
     (Ollama's non-verbose /api/show does the same for vocabularies). `n_params`: the
-    sum of all tensors' element counts."""
+    sum of all tensors' element counts. `weight_types`: the ggml type ids of the tensors
+    with two dimensions or more (the weight matrices)."""
 
     metadata: dict[str, Any]
     n_params: int
+    weight_types: frozenset[int] = frozenset()
 
 
 class _Reader:
@@ -102,15 +104,18 @@ def read_header(path: Path, *, max_array: int | None = 64) -> GgufHeader:
             key = r.string()
             meta[key] = r.value(r.unpack("<I"), max_array)
         n_params = 0
+        types: set[int] = set()
         for _ in range(n_tensors):
             r.skip_string()
-            count = 1
-            for _ in range(r.unpack("<I")):
+            count, n_dims = 1, r.unpack("<I")
+            for _ in range(n_dims):
                 count *= r.unpack("<Q")
-            r.unpack("<I")  # type
+            kind = r.unpack("<I")
             r.unpack("<Q")  # offset
             n_params += count
-    return GgufHeader(meta, n_params)
+            if n_dims >= 2:
+                types.add(kind)
+    return GgufHeader(meta, n_params, frozenset(types))
 
 
 class HeaderCache:

@@ -113,7 +113,10 @@ def string_array(items: list[str], *, prefix: RawValue | None = None) -> RawValu
 def number_array(vtype: int, values: list[int] | list[float], *, prefix: RawValue | None = None) -> RawValue:
     count = len(values) + (prefix.count if prefix is not None else 0)
     body = prefix.data[12:] if prefix is not None else b""
-    return RawValue(ARRAY, struct.pack("<IQ", vtype, count) + body + struct.pack(f"<{len(values)}{_SCALAR[vtype][1]}", *values))
+    return RawValue(
+        ARRAY,
+        struct.pack("<IQ", vtype, count) + body + struct.pack(f"<{len(values)}{_SCALAR[vtype][1]}", *values),
+    )
 
 
 def write_gguf(path: str | Path, kv: dict[str, RawValue], tensors: dict[str, np.ndarray]) -> Path:

@@ -181,7 +181,11 @@ def family_template(family: Family) -> str:
 
 @cache
 def _vocab(name: str) -> dict[str, RawValue]:
-    return {k: v for k, v in read_kv(llama_cpp_models() / f"ggml-vocab-{name}.gguf").items() if k.startswith("tokenizer.ggml.")}
+    return {
+        k: v
+        for k, v in read_kv(llama_cpp_models() / f"ggml-vocab-{name}.gguf").items()
+        if k.startswith("tokenizer.ggml.")
+    }
 
 
 @cache
@@ -238,11 +242,15 @@ def write_family(
     if "tokenizer.ggml.pre" in vocab:
         kv["tokenizer.ggml.pre"] = vocab["tokenizer.ggml.pre"]
     kv["tokenizer.ggml.tokens"] = string_array(added, prefix=vocab["tokenizer.ggml.tokens"])
-    kv["tokenizer.ggml.token_type"] = number_array(INT32, types[len(tokens) :], prefix=vocab["tokenizer.ggml.token_type"])
+    kv["tokenizer.ggml.token_type"] = number_array(
+        INT32, types[len(tokens) :], prefix=vocab["tokenizer.ggml.token_type"]
+    )
     if "tokenizer.ggml.merges" in vocab:
         kv["tokenizer.ggml.merges"] = vocab["tokenizer.ggml.merges"]
     if "tokenizer.ggml.scores" in vocab:
-        kv["tokenizer.ggml.scores"] = number_array(FLOAT32, [0.0] * len(added), prefix=vocab["tokenizer.ggml.scores"])
+        kv["tokenizer.ggml.scores"] = number_array(
+            FLOAT32, [0.0] * len(added), prefix=vocab["tokenizer.ggml.scores"]
+        )
     bos = ids[fam.bos] if fam.bos is not None else None
     if bos is None and "tokenizer.ggml.bos_token_id" in vocab:
         bos = int(vocab["tokenizer.ggml.bos_token_id"].scalar())
@@ -254,7 +262,9 @@ def write_family(
         if key in vocab:
             kv[key] = vocab[key]
     add_bos = vocab.get("tokenizer.ggml.add_bos_token")
-    kv["tokenizer.ggml.add_bos_token"] = scalar(BOOL, bool(add_bos.scalar()) if add_bos is not None else False)
+    kv["tokenizer.ggml.add_bos_token"] = scalar(
+        BOOL, bool(add_bos.scalar()) if add_bos is not None else False
+    )
     kv["tokenizer.ggml.add_eos_token"] = scalar(BOOL, False)
     kv["tokenizer.chat_template"] = scalar(STRING, family_template(fam))
     weights = _weights(types, np.random.default_rng(seed), n_embd, n_head, n_head_kv, n_ff)

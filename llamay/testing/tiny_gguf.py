@@ -53,6 +53,7 @@ __all__ = [
     "THINK_CLOSE",
     "THINK_OPEN",
     "TinyVocab",
+    "add_tiny_tokenizer",
     "tiny_vocab",
     "write_tiny_llama",
     "write_tiny_think_llama",
@@ -255,6 +256,7 @@ def write_tiny_llama(
     extra_tokens: Sequence[str] = (),
     user_tokens: Sequence[str] = (),
     name: str = "tiny-llama",
+    tool_use_template: str | None = None,
 ) -> Path:
     """Write a tiny f32 "llama" GGUF model to ``path`` and return ``path`` as a ``Path``.
 
@@ -263,7 +265,8 @@ def write_tiny_llama(
     user-defined ones (always parsed and rendered as text, like ``<think>`` in Qwen3); both come
     after the shared vocabulary (see ``TinyVocab``).  ``eos`` and ``eot`` are ``<|im_end|>``;
     ``bos``, ``pad`` and ``unk`` are ``<|endoftext|>``, which llama.cpp also treats as
-    end-of-generation; no BOS or EOS is added when tokenizing.  ``chat_template=None`` writes none.
+    end-of-generation; no BOS or EOS is added when tokenizing.  ``chat_template=None`` writes none;
+    ``tool_use_template`` is written beside it as the named template ``tool_use`` (Command R's files).
     With ``</think>`` among the tokens the reasoning path is wired in (see the module docstring).
     Raises ``ValueError`` for shapes the wiring needs but does not get (n_embd >= 32, even heads).
     """
@@ -287,6 +290,27 @@ def write_tiny_llama(
     writer.add_rope_freq_base(1e6)
     writer.add_layer_norm_rms_eps(1e-5)
 
+    add_tiny_tokenizer(writer, vocab)
+    if chat_template is not None and tool_use_template is not None:
+        named = [
+            {"name": "default", "template": chat_template},
+            {"name": "tool_use", "template": tool_use_template},
+        ]
+        writer.add_chat_template(named)
+    elif chat_template is not None:
+        writer.add_chat_template(chat_template)
+
+    for tensor_name, data in tensors.items():
+        writer.add_tensor(tensor_name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def add_tiny_tokenizer(writer: gguf.GGUFWriter, vocab: TinyVocab) -> None:
+    """Write `vocab` as the model's tokenizer: byte-level BPE, no BOS or EOS added."""
     writer.add_tokenizer_model("gpt2")
     # "smollm": GPT-2 splitting with single digits, and no clean-up of spaces before punctuation
     # on detokenization (the "gpt-2" and "default" types would turn "a ," into "a,").
@@ -301,16 +325,6 @@ def write_tiny_llama(
     writer.add_unk_token_id(vocab.id(ENDOFTEXT))
     writer.add_add_bos_token(False)
     writer.add_add_eos_token(False)
-    if chat_template is not None:
-        writer.add_chat_template(chat_template)
-
-    for tensor_name, data in tensors.items():
-        writer.add_tensor(tensor_name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 def write_tiny_think_llama(path: str | Path, **kwargs: Any) -> Path:

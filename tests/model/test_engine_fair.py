@@ -4,6 +4,7 @@ who makes way, and each tenant's own queue limit. Assertions are about order and
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -32,9 +33,9 @@ def make_engine(
     return Engine(model, ctx, EngineConfig(concurrency=concurrency, max_queue=max_queue, fair=fair))
 
 
-def request(tokens: list[int], tenant: str, n: int = 24) -> GenerateRequest:
+def request(tokens: list[int], tenant: str, n: int = 24, weight: float = 1.0) -> GenerateRequest:
     sampling = SamplingParams(temperature=0, logit_bias=BAN_EOG)
-    return GenerateRequest(list(tokens), sampling, StopSpec(max_tokens=n), tenant=tenant)
+    return GenerateRequest(list(tokens), sampling, StopSpec(max_tokens=n), tenant=tenant, weight=weight)
 
 
 class Finishes:
@@ -158,3 +159,83 @@ def test_each_tenant_has_its_own_queue_limit(model: Model) -> None:
             h.abort()
     finally:
         engine.close()
+
+
+def running_by_tenant(engine: Engine) -> Counter[str]:
+    """The tenants of the running sequences, read on the engine thread after the admission
+    pass that follows everything submitted so far."""
+    engine.call(lambda: None).result()  # the loop turn that runs this call then admits
+    return engine.call(lambda: Counter(s.request.tenant for s in engine._running)).result()
+
+
+@pytest.mark.parametrize(("weight", "chats", "seats"), [(1.0, 3, 2), (3.0, 4, 3)])
+def test_a_tenant_gets_its_share_of_the_seats_at_once_while_another_floods(
+    model: Model, weight: float, chats: int, seats: int
+) -> None:
+    engine = make_engine(model, concurrency=4, n_batch=32)
+    try:
+        seen = Finishes(8 + chats)
+        flood = [
+            (request(p, "a", 12), seen.sink(f"a{i}")) for i, p in enumerate(prompts(model, 8, words=100))
+        ]
+        engine.submit_many(flood)
+        assert running_by_tenant(engine) == {"a": 4}  # a alone: every seat
+        short = prompts(model, chats, 3)
+        engine.submit_many([(request(p, "b", 8, weight), seen.sink(f"b{i}")) for i, p in enumerate(short)])
+        # b's requests start at once, up to b's weighted share of the four seats (2 of 4 at
+        # weight 1 beside a's 1, 3 of 4 at weight 3), not one at a time as seats free
+        assert running_by_tenant(engine) == {"a": 4 - seats, "b": seats}
+        assert engine.queue_depth == 8 - (4 - seats) + chats - seats
+        assert seen.done.wait(600)
+    finally:
+        engine.close()
+    assert set(seen.reasons.values()) == {"length"}  # a lost nothing by making way
+
+
+def saturate(model: Model, weights: dict[str, float]) -> dict[str, int]:
+    """a and b each queue twelve long prompts of one shape (their own words, so nothing is
+    shared); the tokens computed for each, counted when the eighth of the 24 ends, while
+    both still have prompts waiting."""
+    engine = make_engine(model, concurrency=4, n_batch=64)
+    snapshot: dict[str, int] = {}
+    left = {"a": 12, "b": 12}
+    lock = threading.Lock()
+    ended = threading.Event()
+    try:
+
+        def sink(tenant: str) -> Callable[[Event], None]:
+            def on(ev: Event) -> None:
+                if isinstance(ev, FinishEvent):
+                    with lock:
+                        left[tenant] -= 1
+                        if sum(left.values()) == 16:  # on the engine thread: stats are current
+                            snapshot.update(engine.stats.by_tenant)
+                            snapshot["waiting"] = engine.queue_depth
+                        if not sum(left.values()):
+                            ended.set()
+
+            return on
+
+        words = {"a": "river stone", "b": "salt marsh"}
+        items = []
+        for t in ("a", "b"):
+            for i in range(12):
+                text = f"Note {i}: " + " ".join([words[t]] * 60)
+                tokens = model.tokenize(text, add_special=False)
+                items.append((request(tokens, t, 16, weights[t]), sink(t)))
+        engine.submit_many(items)
+        assert ended.wait(600)
+    finally:
+        engine.close()
+    return snapshot
+
+
+@pytest.mark.parametrize("weights", [{"a": 1.0, "b": 1.0}, {"a": 1.0, "b": 3.0}])
+def test_backlogged_tenants_are_served_tokens_in_proportion_to_their_weights(
+    model: Model, weights: dict[str, float]
+) -> None:
+    got = saturate(model, weights)
+    assert got["waiting"] > 0
+    share_b = got["b"] / (got["a"] + got["b"])
+    want = weights["b"] / (weights["a"] + weights["b"])
+    assert abs(share_b - want) <= 0.05, (got, want)

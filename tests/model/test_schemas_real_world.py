@@ -139,12 +139,17 @@ def test_tight_by_default_and_layouts(client: openai.OpenAI) -> None:
         assert r.choices[0].finish_reason == "stop"
         assert list(json.loads(text)) == ["a"]  # no invented keys
         assert ": " in text and "\t" not in text  # indented: the key separator has its space
-        compact = ask(client, open_schema, seed, extra_body={"json_layout": "compact"}).choices[0].message.content
+        compact = (
+            ask(client, open_schema, seed, extra_body={"json_layout": "compact"}).choices[0].message.content
+        )
         assert compact == json.dumps(json.loads(compact), separators=(",", ":"))  # no whitespace at all
 
 
 def test_schema_bounds_the_output_without_max_tokens(client: openai.OpenAI) -> None:
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
-    r = client.chat.completions.create(model="", messages=MSG, response_format=fmt(schema), temperature=1.0, seed=1)
+    r = client.chat.completions.create(
+        model="", messages=MSG, response_format=fmt(schema), temperature=1.0, seed=1
+    )
     assert r.choices[0].finish_reason == "stop"
-    assert r.usage is not None and r.usage.completion_tokens <= len('{"ok":false}') + 1
+    # in the canonical indented layout (the default), a token being at least one byte
+    assert r.usage is not None and r.usage.completion_tokens <= len(json.dumps({"ok": False}, indent=2)) + 1

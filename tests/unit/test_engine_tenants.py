@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from llamay.engine.request import GenerateRequest, Handle
-from llamay.engine.tenants import INTERACTIVE_WINDOW, Tenants
+from llamay.engine.tenants import INTERACTIVE_WINDOW, LIGHT_PROMPT, Tenants
 from llamay.errors import Overloaded, QueueLimit
 
 
-def queue(tenants: Tenants, tenant: str, n: int) -> list[Handle]:
-    handles = [Handle(GenerateRequest([1, 2, 3], tenant=tenant)) for _ in range(n)]
+def queue(tenants: Tenants, tenant: str, n: int, prompt: int = 3) -> list[Handle]:
+    handles = [Handle(GenerateRequest([1] * prompt, tenant=tenant)) for _ in range(n)]
     for h in handles:
         tenants.waiting.push(tenant, h, lambda ev: None)
     return handles
@@ -68,3 +68,23 @@ def test_steps_stay_short_while_an_interactive_tenant_shares_the_engine() -> Non
     t.refresh([], now=100.0)
     assert (s := t.sharing([], True, 40)) is not None and s.prompt_cap is None and not s.light
     assert Tenants(fair=False, max_queue=1).sharing([], True, 40) is None
+
+
+def test_a_chat_client_with_a_few_turns_open_stays_light() -> None:
+    t = Tenants(fair=True, max_queue=64, concurrency=8)
+    queue(t, "a", 20, prompt=1000)  # a floods with documents
+    queue(t, "b", 3, prompt=40)  # b's chats piled up while a step ran
+    t.refresh([], now=0.0)
+    s = t.sharing([], True, 40)
+    assert s is not None and s.light == {"b"} and s.prompt_cap == 40  # still short steps
+    queue(t, "b", 1, prompt=40)
+    t.refresh([], now=1.0)
+    assert (s := t.sharing([], True, 40)) is not None and s.light == {"b"}  # half the seats' worth
+    queue(t, "b", 1, prompt=40)
+    t.refresh([], now=2.0)  # more than half the seats' worth of short prompts: a flood, not a chat
+    assert (s := t.sharing([], True, 40)) is not None and not s.light
+    c = Tenants(fair=True, max_queue=64, concurrency=8)
+    queue(c, "a", 20, prompt=1000)
+    queue(c, "c", 1, prompt=LIGHT_PROMPT + 1)  # one long document is not a chat either
+    c.refresh([], now=0.0)
+    assert (s := c.sharing([], True, 40)) is not None and not s.light and s.prompt_cap is None

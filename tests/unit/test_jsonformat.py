@@ -28,7 +28,7 @@ def test_output_limit_prefers_the_request_then_the_schema_then_the_server() -> N
     assert output_limit(open_ended, None, 2048, 1000) == 1000  # the server's, capped by the room left
     assert output_limit(open_ended, None, 300, 1000) == 300
     assert output_limit(lazy, None, 300, 1000) == 300  # free text before the trigger: no schema bound
-    assert output_limit(None, None, 300, 1000) is None  # free text runs to its end
+    assert output_limit(None, None, 300, 1000) == 300  # free text gets the server's budget too
     assert output_limit(None, 5000, 300, 1000) == 1000
     assert output_limit(open_ended, None, 300, 0) == 1
 

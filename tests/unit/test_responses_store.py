@@ -8,9 +8,9 @@ from typing import Any, cast
 
 import pytest
 
-from llamay.api.openai.responses_store import ResponseStore, StoredResponse
+from llamay.api.openai.responses_store import ResponseStore, StoredResponse, stored_size
 from llamay.auth import Principal
-from llamay.errors import Conflict, NotFound
+from llamay.errors import Conflict, InvalidRequest, NotFound
 
 ANN, BOB, ROOT = Principal("ann"), Principal("bob"), Principal("root", role="admin")
 
@@ -94,3 +94,69 @@ def test_close_deletes_every_stored_context() -> None:
         return ctx
 
     assert sorted(asyncio.run(run()).deleted) == ["ctx_1", "ctx_2"]
+
+
+def sized(n: int, owner: str | None, size: int) -> StoredResponse:
+    r = rec(n, owner)
+    r.size = size
+    return r
+
+
+def test_byte_budgets_evict_the_owners_oldest_then_everyones() -> None:
+    async def run() -> tuple[ResponseStore, Contexts]:
+        ctx = Contexts()
+        s = ResponseStore(cast(Any, ctx), bytes_per_owner=100, bytes_total=200)
+        await s.put(sized(0, "ann", 60))
+        await s.put(sized(1, "ann", 60))  # ann past 100: her first goes
+        await s.put(sized(2, "bob", 90))
+        await s.put(sized(3, "carl", 90))  # 60 + 90 + 90 past 200: the oldest overall (ann's) goes
+        return s, ctx
+
+    s, ctx = asyncio.run(run())
+    assert ctx.deleted == ["ctx_0", "ctx_1"]
+    assert s.bytes == 180 and len(s) == 2
+    assert s.get("resp_2", BOB).id == "resp_2"
+    with pytest.raises(NotFound):
+        s.get("resp_1", ANN)
+
+
+def test_a_record_over_the_budget_alone_is_kept_and_a_conversation_over_it_refused() -> None:
+    async def run() -> ResponseStore:
+        s = ResponseStore(cast(Any, Contexts()), bytes_per_owner=100)
+        await s.put(sized(0, "ann", 50))
+        await s.put(sized(1, "ann", 150))  # the new one stays; the older one makes room
+        return s
+
+    s = asyncio.run(run())
+    assert len(s) == 1 and s.get("resp_1", ANN).size == 150
+    s.check_size(100)
+    with pytest.raises(InvalidRequest) as e:
+        s.check_size(101)
+    assert e.value.param == "input" and "at most 100" in e.value.message
+
+
+def test_records_expire_after_the_ttl_with_their_contexts() -> None:
+    now = [1000.0]
+
+    async def run() -> tuple[ResponseStore, Contexts]:
+        ctx = Contexts()
+        s = ResponseStore(cast(Any, ctx), ttl=60.0, clock=lambda: now[0])
+        await s.put(sized(0, "ann", 10))
+        now[0] += 30
+        await s.put(sized(1, "ann", 10))
+        now[0] += 31  # the first is 61 s old, the second 31
+        with pytest.raises(NotFound):
+            s.get("resp_0", ANN)
+        assert s.get("resp_1", ANN).id == "resp_1"
+        await asyncio.gather(*s._tasks)  # the expired record's context is dropped in the background
+        return s, ctx
+
+    s, ctx = asyncio.run(run())
+    assert ctx.deleted == ["ctx_0"] and len(s) == 1 and s.bytes == 10
+
+
+def test_stored_size_counts_the_conversation_and_response_as_json() -> None:
+    items = [{"id": "msg_1", "type": "message", "content": [{"type": "input_text", "text": "é" * 10}]}]
+    small = stored_size(items, {"output": []})
+    assert stored_size(items, {"output": ["x" * 1000]}) >= small + 1000
+    assert small >= 20  # ten two-byte characters

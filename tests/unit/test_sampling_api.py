@@ -160,3 +160,28 @@ def test_serve_sampling_flags(dash: str) -> None:
     assert sampling_flags(build_parser().parse_args(["serve"])) == {}
     with pytest.raises(ValueError, match="top_p"):
         sampling_flags(build_parser().parse_args(["serve", "-top-p", "1.5"]))
+
+
+def test_catalog_defaults_go_under_everything_else(tmp_path: Any) -> None:
+    from llamay.store.catalog import DEFAULT_CATALOG
+
+    config = SimpleNamespace(temperature=None, top_p=0.5, top_k=None, min_p=None, repeat_penalty=None)
+    store = _Store({"top_k": 9})
+    store.catalog = DEFAULT_CATALOG  # type: ignore[attr-defined]
+    runtime = SimpleNamespace(config=config, store=store)
+    # the default model's own: the model card's, under the server's -top-p and create's top_k
+    got = effective_params(runtime, "smollm2:135m", tmp_path / "missing.gguf")
+    assert got == {"temperature": 0.2, "top_p": 0.5, "repeat_penalty": 1.1, "top_k": 9}
+    assert effective_params(runtime, "smollm2", tmp_path / "missing.gguf")["temperature"] == 0.2  # an alias
+    assert "temperature" not in effective_params(runtime, "gemma3:270m", tmp_path / "missing.gguf")
+
+
+def test_a_catalog_entry_with_a_bad_sampling_default_fails_at_import() -> None:
+    from llamay.store.catalog import DEFAULT_CATALOG, CatalogEntry
+
+    entry = DEFAULT_CATALOG.get("smollm2:135m")
+    assert entry is not None and entry.sampling_defaults["temperature"] == 0.2
+    with pytest.raises(ValueError, match="unknown sampling option"):
+        CatalogEntry(name="x:y", sha256="0" * 64, size=1, chunks=entry.chunks, sampling=(("temp", 0.1),))
+    with pytest.raises(Exception, match="top_p"):
+        CatalogEntry(name="x:y", sha256="0" * 64, size=1, chunks=entry.chunks, sampling=(("top_p", 3.0),))

@@ -202,12 +202,39 @@ def test_make_way_never_favours_a_tenant_served_more() -> None:
     assert make_way([Seat("a", True, 5)] * 4, "b", ledger) is None
 
 
-def test_only_a_tenant_with_nothing_running_is_given_a_seat() -> None:
+def test_a_tenant_is_given_seats_up_to_its_weighted_share_and_no_further() -> None:
     ledger = Ledger()
     ledger.refresh({"a": 1.0, "b": 1.0})
     seats = [Seat("a", True, 5)] * 7 + [Seat("b", True, 5)]
-    assert make_way(seats, "b", ledger) is None  # b runs one: it waits for a seat to free
-    assert make_way(seats[:7], "b", ledger) is not None
+    given = 0
+    while (i := make_way(seats, "b", ledger)) is not None:  # b has work waiting throughout
+        seats = seats[:i] + seats[i + 1 :] + [Seat("b", True, 0)]
+        given += 1
+    assert given == 3 and Counter(s.tenant for s in seats) == {"a": 4, "b": 4}
+    assert make_way(seats[:7], "b", ledger) is None  # 4 of a's against 3 of b's: b waits
+    ledger.refresh({"a": 1.0, "b": 3.0})  # weight 3 of 4: six of eight seats
+    seats = [Seat("a", True, 5)] * 8
+    for _ in range(6):
+        i = make_way(seats, "b", ledger)
+        assert i is not None
+        seats = seats[:i] + seats[i + 1 :] + [Seat("b", True, 0)]
+    assert make_way(seats, "b", ledger) is None
+
+
+def test_counters_within_the_slack_count_as_equal() -> None:
+    ledger = Ledger()
+    ledger.refresh({"a": 1.0, "b": 1.0})
+    ledger.charge("b", 40)  # b's chat was just read, a step's budget is 512
+    seats = [Seat("a", True, 5)] * 6 + [Seat("b", False, 40)]
+    assert make_way(seats, "b", ledger) is None
+    assert make_way(seats, "b", ledger, slack=512) is not None
+    ledger.charge("b", 1000)  # far ahead: b waits for a to catch up
+    assert make_way(seats, "b", ledger, slack=512) is None
+    # a free seat: a is served least, but within the slack b holds fewer than its share
+    assert next_tenant({"a": 1, "b": 2}, ledger, {"a": 6, "b": 1}) == "a"
+    ledger.charge("a", 1000)
+    assert next_tenant({"a": 1, "b": 2}, ledger, {"a": 6, "b": 1}, slack=512) == "b"
+    assert next_tenant({"a": 1, "b": 2}, ledger, {"a": 6, "b": 1}) == "a"
 
 
 def test_make_way_respects_weights() -> None:
@@ -289,6 +316,28 @@ def test_long_prompts_share_the_budget_by_weight() -> None:
     assert [(p.index, p.count) for p in plan] == [(0, 300), (2, 100)]
     # a single tenant: everything, as without tenants
     assert schedule(seqs, 400, Sharing(["a"] * 3)) == schedule(seqs, 400)
+
+
+def test_a_tenant_that_fell_behind_catches_up_in_the_prompt_budget() -> None:
+    seqs = [S(0, 900), S(0, 900), S(0, 900)]
+    tenants = ["a", "a", "b"]
+    behind = schedule(seqs, 400, Sharing(tenants, served={"a": 1000.0, "b": 400.0}))
+    assert [(p.index, p.count) for p in behind] == [(2, 400)]  # b first, all of it
+    close = schedule(seqs, 400, Sharing(tenants, served={"a": 1000.0, "b": 900.0}))
+    assert [(p.index, p.count) for p in close] == [(0, 150), (2, 250)]  # b's 100 first, then even
+    weighted = schedule(seqs, 400, Sharing(tenants, {"a": 1.0, "b": 3.0}, served={"a": 50.0, "b": 0.0}))
+    # b rises 50 (150 tokens at weight 3), then the other 250 go 1:3 (62 and 187), and the
+    # token rounding leaves over goes to the first prompt in arrival order
+    assert [(p.index, p.count) for p in weighted] == [(0, 63), (2, 337)]
+    # a tenant that would fall behind keeps its share over many steps: the counters stay level
+    served = {"a": 0.0, "b": 0.0}
+    reads = [S(0, 10_000), S(0, 10_000), S(0, 300)]
+    for _ in range(40):
+        plan = schedule(reads, 64, Sharing(tenants, served=dict(served)))
+        for sl in plan:
+            reads[sl.index].n_past += sl.count
+            served[tenants[sl.index]] += sl.count
+        assert abs(served["a"] - served["b"]) <= 64 or reads[2].n_past == reads[2].n_tokens
 
 
 def test_a_light_tenants_prompt_is_read_whole_and_alone_then_others_follow() -> None:

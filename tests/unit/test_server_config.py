@@ -41,6 +41,8 @@ def test_every_serve_flag_sets_its_field(dash: str, home: Path, tmp_path: Path) 
         "flash-attn": "off", "cache-ram": "16", "chat-template": "t.jinja", "embed": "all-minilm",
         "rerank": "ranker", "index": "docs.idx", "max-loaded": "4", "keepalive": "1m", "keys": "keys.json",
         "max-connections": "9", "header-timeout": "3s", "body-timeout": "90s", "log-level": "DEBUG",
+        "max-body": "8M", "max-field": "512", "responses-per-key": "1G", "responses-total": "2048K",
+        "response-ttl": "1h",
     }  # fmt: skip
     argv = [part for name, value in flags.items() for part in (f"{dash}{name}", value)]
     got = parse(*argv)
@@ -53,7 +55,8 @@ def test_every_serve_flag_sets_its_field(dash: str, home: Path, tmp_path: Path) 
             temperature=0.5, top_p=0.9, top_k=7, min_p=0.1, repeat_penalty=1.2, finish_tool="auto",
             admission="fcfs",
         ),
-        limits=ServerLimits(max_connections=9, header_timeout=3.0, body_timeout=90.0),
+        limits=ServerLimits(max_connections=9, header_timeout=3.0, body_timeout=90.0, max_body=8 * 2**20,
+                            max_field=512, responses_per_key=2**30, responses_total=2 * 2**20, response_ttl=3600.0),
         max_loaded=4, keep_alive=60.0, embed="all-minilm", rerank="ranker", index=here / "docs.idx",
         keys=here / "keys.json", log_level="DEBUG",
     )  # fmt: skip
@@ -94,6 +97,8 @@ def test_the_environment_is_read_once_into_the_config(monkeypatch: pytest.Monkey
         (["-top-p", "1.5"], "top_p"),
         (["-header-timeout", "0"], "-header-timeout must be positive, not 0.0"),
         (["-max-connections", "0"], "-max-connections must be positive, not 0"),
+        (["-max-field", "0"], "-max-field must be positive, not 0"),
+        (["-response-ttl", "0s"], "-response-ttl must be positive, not 0.0"),
         (["-max-loaded", "0"], "-max-loaded must be at least 1, not 0"),
         (["-cache-ram", "-1"], "-cache-ram must be 0 MiB or more, not -1"),
         (["-addr", "localhost"], "-addr must be HOST:PORT, not 'localhost'"),

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ... import __version__
+from ...backend.invariance import batch_variance
 from ...chat.flow import model_traits
 from ...chat.reasoning import detect_reasoning
 from ...embed.service import Encoder
@@ -54,6 +55,16 @@ def _header(cache: HeaderCache, path: Path, *, verbose: bool = False) -> tuple[d
     except (OSError, ValueError):
         return {}, 0
     return h.metadata, h.n_params
+
+
+def _variance(runtime: Any, cache: HeaderCache, path: Path) -> tuple[str, ...]:
+    """Why a stored model's output would vary with the batch, were it loaded now."""
+    config = getattr(runtime, "config", None)
+    try:
+        h = cache.get(path)
+    except (OSError, ValueError):
+        return ("an unreadable GGUF header (not checked)",)
+    return batch_variance(h.metadata, h.weight_types, getattr(config, "kv_type", "f16"))
 
 
 def _stored(runtime: Any) -> list[Any]:
@@ -127,9 +138,14 @@ def _find_loaded(runtime: Any, name: str) -> LoadedModel | None:
 
 
 def _parameters(runtime: Any, name: str, path: Path) -> str:
-    """Ollama's `parameters` text: the effective parameters (GGUF defaults, then the
-    server's sampling flags, then what `create` set; see common.effective_params)."""
-    return describe.parameters_text(effective_params(runtime, name, path))
+    """Ollama's `parameters` text: the effective parameters (the catalog's, the GGUF
+    defaults, then the server's sampling flags, then what `create` set; see
+    common.effective_params) and `num_predict`, the server's default output budget."""
+    params = effective_params(runtime, name, path)
+    budget = getattr(getattr(runtime, "config", None), "max_tokens", None)
+    if isinstance(budget, int):
+        params.setdefault("num_predict", budget)
+    return describe.parameters_text(params)
 
 
 def _show(
@@ -142,6 +158,7 @@ def _show(
             path=str(lm.info.path), meta=meta, n_params=n or lm.info.n_params, template="" if lm.template.fallback else lm.template.source,
             parameters=_parameters(runtime, lm.name, lm.info.path),
             caps=describe.capabilities(meta, thinking=_thinks(lm)), modified=lm.info.path.stat().st_mtime,
+            variance=getattr(lm, "batch_variance", ()),
         )  # fmt: skip
     for m in _stored(runtime):
         if name in (m.name, m.name.removesuffix(":latest")):
@@ -153,6 +170,7 @@ def _show(
             return describe.show_json(
                 path=str(m.path), meta=meta, n_params=n, template=template, parameters=_parameters(runtime, m.name, m.path),
                 caps=describe.capabilities(meta, thinking=thinks), modified=m.modified.timestamp(),
+                variance=_variance(runtime, cache, m.path),
             )  # fmt: skip
     if enc is not None:  # an encoder served from a file: no template, it only embeds or ranks
         meta, n = _header(cache, enc.model.path, verbose=verbose)

@@ -56,8 +56,13 @@ def finish_reason(event: FinishEvent) -> str:
 
 
 def finish_extra(event: FinishEvent) -> dict[str, Any]:
-    """Why a choice ended early, when there is more to say than the reason."""
-    return {"finish_message": event.message} if event.message else {}
+    """Why a choice ended early, when there is more to say than the reason; `closed_early`
+    when a constrained answer was finished with its shortest valid ending because
+    max_tokens ran low (the reason stays "stop": the answer is complete and valid)."""
+    out: dict[str, Any] = {"finish_message": event.message} if event.message else {}
+    if event.extra.get("closed_early"):
+        out["closed_early"] = True
+    return out
 
 
 def usage_json(usages: list[Usage]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from ..state import state_of
 from ..tenancy import contexts_of, enforce_quota, owner_check, single_user
 from .responses_render import ResponseBuilder, ResponseRenderer, base_json
 from .responses_schema import ResponsesRequest, conversation_messages, item_id, parse_responses
-from .responses_store import ResponseStore, StoredResponse, page
+from .responses_store import ResponseStore, StoredResponse, page, stored_size
 
 __all__ = ["responses_routes", "store_of"]
 
@@ -73,8 +73,9 @@ class Turn:
             context = None
         if self.req.store:
             owner = principal_of(self.request).owner_tag(single_user(self.request))
+            size = await asyncio.to_thread(stored_size, self.items, response)
             rec = StoredResponse(response["id"], owner, self.lm.name, response, self.items,
-                                 context if isinstance(context, str) else None)  # fmt: skip
+                                 context if isinstance(context, str) else None, size)  # fmt: skip
             await self.store.put(rec)
 
     def abandon(self) -> None:
@@ -110,6 +111,8 @@ async def create_response(request: Request) -> Response:
         prev = store.get(req.previous_response_id, principal_of(request), param="previous_response_id")
     # The conversation: earlier turns' input and output items, then this input.
     items = (prev.items + prev.body["output"] if prev is not None else []) + req.items
+    if req.store:  # refused now rather than generated and then not kept
+        store.check_size(await asyncio.to_thread(stored_size, items, {}))
     messages = [{"role": "system", "content": req.instructions}] if req.instructions else []
     messages += conversation_messages(items)
     if not messages:

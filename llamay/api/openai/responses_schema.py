@@ -32,6 +32,7 @@ __all__ = [
 
 MAX_INPUT_ITEMS = 4096
 MAX_METADATA = 16  # OpenAI's limits: 16 pairs, keys of 64 and values of 512 characters
+ID_BYTES = 256  # an item id or previous_response_id given by the caller (stored as given)
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 SUMMARIES = ("auto", "concise", "detailed")
 ROLES = ("user", "assistant", "system", "developer")
@@ -113,7 +114,7 @@ def parse_responses(body: Any) -> ResponsesRequest:
             "or no format",
             param="text.format",
         )
-    previous = f.text("previous_response_id")
+    previous = f.text("previous_response_id", max_bytes=ID_BYTES)
     if previous == "":
         raise InvalidRequest("'previous_response_id' must not be empty", param="previous_response_id")
     sampling = SamplingParams(
@@ -249,13 +250,13 @@ def _message(f: Fields) -> dict[str, Any]:
     texts = _parts(f, role)
     kind = "output_text" if role == "assistant" else "input_text"
     parts = [{"type": kind, "text": t, **({"annotations": []} if role == "assistant" else {})} for t in texts]
-    return {"id": f.text("id") or item_id("msg"), "type": "message", "role": role, "status": "completed",
+    return {"id": f.text("id", max_bytes=ID_BYTES) or item_id("msg"), "type": "message", "role": role, "status": "completed",
             "content": parts}  # fmt: skip
 
 
 def _function_call(f: Fields) -> dict[str, Any]:
     return {
-        "id": f.text("id") or item_id("fc"),
+        "id": f.text("id", max_bytes=ID_BYTES) or item_id("fc"),
         "type": "function_call",
         "call_id": f.text("call_id", required=True),
         "name": f.text("name", required=True),
@@ -272,22 +273,18 @@ def _call_output(f: Fields) -> dict[str, Any]:
         output = raw
     else:
         raise InvalidRequest(f"'{f.name('output')}' must be a string", param=f.name("output"))
-    return {"id": f.text("id") or item_id("fco"), "type": "function_call_output",
+    return {"id": f.text("id", max_bytes=ID_BYTES) or item_id("fco"), "type": "function_call_output",
             "call_id": f.text("call_id", required=True), "output": output, "status": "completed"}  # fmt: skip
 
 
 def _reasoning_item(f: Fields) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": f.text("id") or item_id("rs"), "type": "reasoning", "summary": []}
-    for key, kind in (("summary", "summary_text"), ("content", "reasoning_text")):
-        raw = f.array(key)
-        if raw is None:
-            continue
-        parts = []
-        for j, part in enumerate(raw):
-            pf = Fields(part, f"{f.name(key)}[{j}]")
-            parts.append({"type": kind, "text": pf.text("text", required=True)})
-        out[key] = parts
-    return out
+    """A reasoning item, checked, without its text: past reasoning never reaches the prompt
+    (`conversation_messages` leaves it out, as templates do), so its summary and content are
+    not kept either; the item stays, empty, so input_items lists what was sent."""
+    for key in ("summary", "content"):
+        for j, part in enumerate(f.array(key) or []):
+            Fields(part, f"{f.name(key)}[{j}]").text("text", required=True)
+    return {"id": f.text("id", max_bytes=ID_BYTES) or item_id("rs"), "type": "reasoning", "summary": []}
 
 
 # -- tools, text, reasoning --------------------------------------------------------------------

@@ -2,36 +2,45 @@
 input items) and the server-held context that holds its prompt and reply, so that a later
 `previous_response_id` turn computes only its new tokens.
 
-Records live in memory for the server's lifetime, bounded: at most MAX_PER_OWNER per
-principal and MAX_STORED in all; storing past a bound evicts the oldest record (of that
-principal first) together with its context. On shutdown the contexts of stored responses
-are deleted, since their records do not outlive the process. Event-loop only."""
+Records live in memory, bounded: at most MAX_PER_OWNER and `bytes_per_owner` bytes per
+principal, MAX_STORED and `bytes_total` bytes in all (a record's size is its conversation
+and response as JSON, `stored_size`), and each for `ttl` seconds. Storing past a bound
+evicts the oldest records (of that principal first, never the one being stored) together
+with their contexts; an expired record is gone at the next store or lookup. On shutdown the
+contexts of stored responses are deleted, since their records do not outlive the process.
+Event-loop only."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ...auth import Principal
 from ...chat.contexts import ContextService
+from ...config import ServerLimits
 from ...errors import Conflict, InvalidRequest, LlamayError, NotFound
 
-__all__ = ["StoredResponse", "ResponseStore", "MAX_STORED", "MAX_PER_OWNER", "page"]
+__all__ = ["StoredResponse", "ResponseStore", "MAX_STORED", "MAX_PER_OWNER", "page", "stored_size"]
 
 log = logging.getLogger("llamay.responses")
 MAX_STORED = 512
 MAX_PER_OWNER = 128
 MAX_PAGE = 100
+_DEFAULTS = ServerLimits()
 
 
 @dataclass
 class StoredResponse:
     """`items`: the conversation this response answered (earlier turns' input and output
     items, then its own input), as input_items lists them. `context_id`: the context
-    holding this response's prompt and reply (None when none could be kept)."""
+    holding this response's prompt and reply (None when none could be kept). `size`: its
+    bytes as `stored_size` counts them; `stored_at`: when it was stored (the store's clock)."""
 
     id: str
     owner: str | None
@@ -39,6 +48,15 @@ class StoredResponse:
     body: dict[str, Any]
     items: list[dict[str, Any]]
     context_id: str | None
+    size: int = 0
+    stored_at: float = 0.0
+
+
+def stored_size(items: list[dict[str, Any]], body: dict[str, Any]) -> int:
+    """What a record keeps, in bytes: its conversation and response as compact JSON. (Items
+    shared with an earlier turn's record are counted in each: an upper bound.) CPU work on
+    long conversations: call it off the event loop."""
+    return len(json.dumps([items, body], ensure_ascii=False, separators=(",", ":")).encode())
 
 
 def visible(rec: StoredResponse, principal: Principal) -> bool:
@@ -48,38 +66,98 @@ def visible(rec: StoredResponse, principal: Principal) -> bool:
 
 class ResponseStore:
     def __init__(
-        self, contexts: ContextService, cap: int = MAX_STORED, per_owner: int = MAX_PER_OWNER
+        self,
+        contexts: ContextService,
+        cap: int = MAX_STORED,
+        per_owner: int = MAX_PER_OWNER,
+        *,
+        bytes_per_owner: int = _DEFAULTS.responses_per_key,
+        bytes_total: int = _DEFAULTS.responses_total,
+        ttl: float = _DEFAULTS.response_ttl,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.contexts = contexts
         self.cap = cap
         self.per_owner = per_owner
-        self._records: OrderedDict[str, StoredResponse] = OrderedDict()
+        self.bytes_per_owner = bytes_per_owner
+        self.bytes_total = bytes_total
+        self.ttl = ttl
+        self.clock = clock
+        self._records: OrderedDict[str, StoredResponse] = OrderedDict()  # oldest first
+        self._owned: dict[str | None, int] = {}  # bytes kept per owner
+        self._bytes = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
         return len(self._records)
 
+    @property
+    def bytes(self) -> int:
+        """Bytes kept in all, as `stored_size` counts them."""
+        return self._bytes
+
     def get(self, rid: str, principal: Principal, param: str | None = None) -> StoredResponse:
         """The record, if the principal may see it; NotFound otherwise (another principal's
-        response is not found, as if it did not exist)."""
+        response is not found, as if it did not exist; neither is an expired one)."""
+        self._expire()
         rec = self._records.get(rid)
         if rec is None or not visible(rec, principal):
             raise NotFound(f"response '{rid}' not found", param=param)
         return rec
 
+    def check_size(self, size: int) -> None:
+        """InvalidRequest when a conversation of `size` bytes could never be stored for one
+        principal (asked before the turn runs)."""
+        if size > self.bytes_per_owner:
+            raise InvalidRequest(
+                f"the conversation is {size} bytes; a stored response may keep at most "
+                f"{self.bytes_per_owner} (send store: false, or a shorter input)",
+                param="input",
+            )
+
     async def put(self, rec: StoredResponse) -> None:
+        self._expire()
+        rec.stored_at = self.clock()
         self._records[rec.id] = rec
-        mine = [r for r in self._records.values() if r.owner == rec.owner]
-        while len(mine) > self.per_owner:
+        self._bytes += rec.size
+        self._owned[rec.owner] = self._owned.get(rec.owner, 0) + rec.size
+        mine = [r for r in self._records.values() if r.owner == rec.owner and r is not rec]
+        count = len(mine) + 1
+        while mine and (count > self.per_owner or self._owned.get(rec.owner, 0) > self.bytes_per_owner):
             await self._evict(mine.pop(0))
-        while len(self._records) > self.cap:
-            await self._evict(next(iter(self._records.values())))
+            count -= 1
+        while len(self._records) > 1 and (len(self._records) > self.cap or self._bytes > self.bytes_total):
+            oldest = next(iter(self._records.values()))
+            if oldest is rec:
+                break
+            await self._evict(oldest)
+
+    def _expire(self) -> None:
+        """Drop the records stored more than `ttl` ago (oldest first: the order they are kept in)."""
+        horizon = self.clock() - self.ttl
+        while self._records:
+            oldest = next(iter(self._records.values()))
+            if oldest.stored_at > horizon:
+                return
+            self._forget(oldest)
+            if oldest.context_id is not None:
+                self.later(self.drop_context(oldest.context_id))
+
+    def _forget(self, rec: StoredResponse) -> None:
+        if self._records.pop(rec.id, None) is None:
+            return
+        self._bytes -= rec.size
+        left = self._owned.get(rec.owner, 0) - rec.size
+        if left > 0:
+            self._owned[rec.owner] = left
+        else:
+            self._owned.pop(rec.owner, None)
 
     async def delete(self, rid: str, principal: Principal) -> None:
         await self._evict(self.get(rid, principal))
 
     async def _evict(self, rec: StoredResponse) -> None:
-        self._records.pop(rec.id, None)
+        self._forget(rec)
         if rec.context_id is not None:
             await self.drop_context(rec.context_id)
 

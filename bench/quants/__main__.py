@@ -1,0 +1,7 @@
+"""`python -m bench.quants`: runs `bench.quants.main`."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())
