@@ -33,6 +33,7 @@ from .openapi import openapi_routes
 from .rag import rag_routes
 from .redact import redact_routes
 from .state import server_state, state_of
+from .tokens import token_routes
 from .variance import BatchInvariantHeader
 from .web import web_routes
 
@@ -128,6 +129,7 @@ def create_app(
         *anthropic_routes(),
         *ollama_routes(),
         *embeddings_routes(),
+        *token_routes(),
         *rag_routes(),
         *redact_routes(),
         *admin_routes(),

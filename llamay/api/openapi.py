@@ -114,7 +114,7 @@ CHOICE_FN = exact("", {"type!": enum("function"), "function!": exact("name!:str"
 CHAT = fields(
     "logprobs:bool top_logprobs:int[0,20] reasoning_effort:str reasoning_budget_tokens:int[0,] think:bool "
     "parallel_tool_calls:bool chat_template_kwargs:obj",
-    {**SAMPLING, "messages!": arr(CHAT_MESSAGE, minItems=1), "tools": arr(TOOL, maxItems=128),
+    {**SAMPLING, "chat_template": {**STR, "maxLength": 65536}, "messages!": arr(CHAT_MESSAGE, minItems=1), "tools": arr(TOOL, maxItems=128),
      "tool_choice": anyof(enum("auto", "none", "required"), CHOICE_FN), "finish_tool": anyof(BOOL, STR)},
     allOf=[ONE_FORMAT, SESSION_ALONE, TOP_NEEDS_LOGPROBS])
 PROMPT = anyof(TEXT, arr(TEXT, minItems=1), TOKENS, arr(TOKENS, minItems=1))
@@ -305,6 +305,14 @@ OPERATIONS: dict[tuple[str, str], J] = {
     ("POST", "/api/unload"): op("unload a model now", fields("model!:str"), codes=[501]),
     ("POST", "/api/reset"): op("unload every model now", codes=[501]),
     ("POST", "/v1/embeddings"): op("embeddings (OpenAI)", EMBED, codes=[404]),
+    ("POST", "/tokenize"): op("text to token ids (llama-server's shape; vLLM's names too)",
+                              fields("content:str prompt:str add_special:bool add_special_tokens:bool "
+                                     "parse_special:bool with_pieces:bool model:str"), codes=[404]),
+    ("POST", "/detokenize"): op("token ids to text", fields("model:str", {"tokens!": arr(scalar("int"))}),
+                                codes=[404]),
+    ("GET", "/tokenizer_info"): op("special tokens, chat template and limits of a model",
+                                   params=[param("model", "query")], codes=[404]),
+    ("POST", "/apply-template"): op("the prompt a chat completions body renders to", CHAT, codes=GEN),
     ("POST", "/rerank"): op("rerank documents against a query", RERANK, codes=[404]),
     ("POST", "/v1/rerank"): op("rerank documents against a query", RERANK, codes=[404]),
     ("POST", "/v1/retrieve"): op("passages of the indexed documents, best first",

@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..engine.request import ConstraintPlan
 from ..engine.scheduler import common_prefix
@@ -35,6 +35,7 @@ from ..store import gguf_sampling_defaults
 from ..types import DEFAULTABLE, SamplingParams
 from .fim import fim_tokens
 from .flow import ChatOptions, ChatSetup, check_room, prepare_chat, with_finish_default
+from .template import ChatTemplate
 
 if TYPE_CHECKING:
     from ..runtime import LoadedModel
@@ -229,19 +230,30 @@ class ChatInput(Input):
     `model_system`: a conversation without a system message starts with the model's own
     system prompt. `prefix`: tokens of an earlier turn the prompt follows (Ollama's
     `context`; the rendered prompt then drops its BOS). `marked`: report the offset of a
-    marked place as the prompt's `mark`."""
+    marked place as the prompt's `mark`. `untemplated`: what a model that ships no chat
+    template (and was given none by the server) gets: "chatml" the generic ChatML
+    template, "raw" the user messages' text as it is (Ollama's `{{ .Prompt }}` default),
+    "refuse" a 400 saying so. `template`: the request's own chat template, used instead
+    of the model's."""
 
     options: ChatOptions
     prefill: str = ""
     model_system: bool = False
     prefix: Sequence[int] = ()
     marked: Marked | None = None
+    untemplated: Literal["chatml", "raw", "refuse"] = "chatml"
+    template: ChatTemplate | None = None
 
     @property
     def wants_system(self) -> bool:
         return self.model_system
 
     def prompt(self, lm: LoadedModel, env: Env) -> Prompt:
+        if self.template is not None:
+            # A view of the model with the request's template (its traits detected anew).
+            lm = replace(lm, template=self.template, tool_template=None)
+        elif lm.template.fallback and self.untemplated != "chatml":
+            return self._untemplated(lm)
         opts = with_finish_default(self.options, env.finish_tool)
         if env.system and self.model_system and not any(m.get("role") == "system" for m in opts.messages):
             opts = replace(opts, messages=[{"role": "system", "content": env.system}, *opts.messages])
@@ -256,6 +268,32 @@ class ChatInput(Input):
         if self.marked is not None:
             prompt.mark = self.marked.offset(lm, prompt.tokens)
         return prompt
+
+    def _untemplated(self, lm: LoadedModel) -> Prompt:
+        if self.untemplated == "refuse":
+            raise InvalidRequest(
+                f"model '{lm.name}' has no chat template, so it cannot take messages; send the "
+                "text to /v1/completions, or start the server with -chat-template FILE",
+                param="messages",
+            )
+        opts = self.options
+        if opts.tools:
+            raise InvalidRequest(
+                f"model '{lm.name}' has no chat template, so it cannot take tools", param="tools"
+            )
+        # As Ollama renders `{{ .Prompt }}`: each user turn's text, nothing around it.
+        text = "".join(_text_of(m.get("content")) for m in opts.messages if m.get("role") == "user")
+        return text_prompt(lm, text + self.prefill, opts.grammar, prefix=self.prefix, special=True)
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+    return ""
 
 
 @dataclass(frozen=True)

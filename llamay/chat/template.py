@@ -209,6 +209,8 @@ class ChatTemplate:
 
     def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "") -> None:
         self._source = source
+        # True only for the generic ChatML stand-in of a model that ships no template.
+        self.fallback = False
         self._bos_token = bos_token
         self._eos_token = eos_token
         env = _build_environment()
@@ -225,8 +227,10 @@ class ChatTemplate:
 
     @classmethod
     def chatml(cls) -> ChatTemplate:
-        """The generic ChatML template, for models that ship none."""
-        return cls(CHATML_TEMPLATE)
+        """The generic ChatML template, for models that ship none (`fallback` is True)."""
+        template = cls(CHATML_TEMPLATE)
+        template.fallback = True
+        return template
 
     @classmethod
     def from_file(cls, path: str | Path, *, bos_token: str = "", eos_token: str = "") -> ChatTemplate:

@@ -30,6 +30,7 @@ from urllib.parse import unquote, urldefrag, urljoin
 __all__ = ["draft_of", "translate", "Resolver", "Target", "ROOT_URI", "subschemas"]
 
 ROOT_URI = "https://llamay.invalid/root.json"  # base of a schema without an absolute $id
+_ALIAS_URI = "https://llamay.invalid/alias/"  # subschemas a rewrite refers to (Resolver.register)
 _DRAFTS = {
     "json-schema.org/draft-04/schema": "draft4",
     "json-schema.org/draft-06/schema": "draft6",
@@ -205,6 +206,13 @@ class Resolver:
             if isinstance(sub, dict):
                 self.bases.setdefault(id(sub), base)
                 self._index(sub, base, pointer(path, *parts), depth + 1)
+
+    def register(self, node: dict[str, Any], path: str) -> str:
+        """A URI that resolves to `node`, a subschema of this document at JSON pointer
+        `path` (its base stays the one it has in the document)."""
+        uri = f"{_ALIAS_URI}{len(self.resources)}.json"
+        self.resources[uri] = (node, path)
+        return uri
 
     def resolve(self, ref: str, base: str) -> Target | None:
         """The subschema `ref` names, seen from `base`, or None if it is not local."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["Negation", "complement_pattern", "TYPES"]
+__all__ = ["Negation", "complement_pattern", "class_char", "TYPES"]
 
 TYPES = ("null", "boolean", "object", "array", "number", "string")  # integer is within number
 _MAX_STRING = 400  # longer enum strings make the complement regex recurse too deep
@@ -181,13 +181,13 @@ def complement_pattern(strings: list[str]) -> str | None:
 
 def _node(node: dict[str, Any]) -> str:
     edges = sorted(k for k in node if k)
-    leave = ("[^" + "".join(map(_class_char, edges)) + "]" if edges else _ANY) + _ANY + "*"
-    alts = [leave] + ["[" + _class_char(c) + "]" + _node(node[c]) for c in edges]
+    leave = ("[^" + "".join(map(class_char, edges)) + "]" if edges else _ANY) + _ANY + "*"
+    alts = [leave] + ["[" + class_char(c) + "]" + _node(node[c]) for c in edges]
     body = "(?:" + "|".join(alts) + ")"
     return body if node.get("") else body + "?"
 
 
-def _class_char(ch: str) -> str:
+def class_char(ch: str) -> str:
     """`ch` written to stand for itself inside a character class."""
     if ch in "\\]^-[&~|":
         return "\\" + ch

@@ -34,6 +34,7 @@ from ..errors import GrammarError
 from .checks import LiteralProblem, check_literals, count, precise, without_controls
 from .drafts import ROOT_URI, Resolver, draft_of, pointer, translate
 from .formats import PATTERN_FORMATS
+from .keys import KeyReader, Unenforceable, enforce_keys, search_budget
 from .keywords import COUNTS, ENFORCED, FORMAT_FIXES, FORMATS, UNSUPPORTED
 from .negation import Negation
 from .oneof import exclusive
@@ -164,6 +165,8 @@ class _Compiler:
             )
         base = self.resolver.base_of(node, base)
         src = translate(node, self.draft, self.declared)
+        if "propertyNames" in src:
+            src = self.key_names(src, path, base)
         out: dict[str, Any] = {}
         extra: list[Any] = []  # rewrites intersected with the node (allOf members)
         inner = True if Tightening.merges_children(src) else ctx
@@ -273,6 +276,24 @@ class _Compiler:
 
     # -- assertions rewritten or dropped ----------------------------------------------
 
+    def key_names(self, src: dict[str, Any], path: str, base: str) -> dict[str, Any]:
+        """`src` with its `propertyNames` enforced through the object's other keywords
+        (.keys), or dropped where that cannot be exact."""
+        try:
+            with search_budget():
+                keys = KeyReader(self.resolver, self.draft, self.declared).read(src["propertyNames"], base)
+                return enforce_keys(src, keys, self.alias, path)
+        except LiteralProblem as e:
+            raise _fail("propertyNames", path, e.reason, e.what) from None
+        except Unenforceable as e:
+            self.cannot("propertyNames", path, e.reason)
+            return {k: v for k, v in src.items() if k != "propertyNames"}
+
+    def alias(self, node: Any, path: str) -> Any:
+        """A stand-in for subschema `node` (at `path`) that a rewrite may use in several
+        places: a reference, so it is compiled once."""
+        return node if isinstance(node, bool) else {"$ref": self.resolver.register(node, path)}
+
     def one_of(self, branches: list[Any], extra: list[Any], here: str) -> None:
         if len(branches) == 1 or exclusive(branches, self.defs):
             extra.append({"anyOf": branches})  # sound: at most one branch can match
@@ -311,11 +332,6 @@ class _Compiler:
         elif key == "contains":
             if src.get("minContains") != 0 or "maxContains" in src:
                 self.cannot(key, path, "'contains' cannot be enforced while sampling")
-        elif key == "propertyNames":
-            if value is False:
-                extra.append({"maxProperties": 0})
-            elif value is not True and value != {}:
-                self.cannot(key, path, "key schemas are not supported")
         elif key in ("dependentRequired", "dependentSchemas"):
             if not isinstance(value, dict):
                 raise _fail(key, path, "must be an object", "invalid JSON schema keyword")

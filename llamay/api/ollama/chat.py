@@ -74,7 +74,7 @@ async def chat(request: Request) -> Response:
         effort=_asked(c),
     )
     # A model's own system prompt starts a conversation that has none.
-    job = Job(_model(c), (ChatInput(opts, model_system=True),), c.knobs)
+    job = Job(_model(c), (ChatInput(opts, model_system=True, untemplated="raw"),), c.knobs)
     return await _answer(request, job, c, t0, chat=True, context=False)
 
 
@@ -117,7 +117,7 @@ def _generate_input(req: OllamaGenerate) -> Input:
         thinking=req.common.think is not False,
         effort=_asked(req.common),
     )
-    return ChatInput(opts, model_system=fresh, prefix=prefix)
+    return ChatInput(opts, model_system=fresh, prefix=prefix, untemplated="raw")
 
 
 async def _answer(request: Request, job: Job, c: Common, t0: float, *, chat: bool, context: bool) -> Response:

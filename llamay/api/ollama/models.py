@@ -164,7 +164,8 @@ def _show(
     if lm is not None:  # what it runs with: its template as loaded
         meta, n = _header(cache, lm.info.path, verbose=verbose)
         return describe.show_json(
-            path=str(lm.info.path) if admin else lm.name, meta=meta, n_params=n or lm.info.n_params, template=lm.template.source,
+            path=str(lm.info.path) if admin else lm.name, meta=meta, n_params=n or lm.info.n_params,
+            template="" if lm.template.fallback else lm.template.source,
             parameters=_parameters(runtime, lm.name, lm.info.path),
             caps=describe.capabilities(meta, thinking=_thinks(lm)), modified=lm.info.path.stat().st_mtime,
             variance=getattr(lm, "batch_variance", ()),

@@ -22,7 +22,11 @@ __all__ = ["chat_completions", "chat_job", "submit"]
 def chat_job(req: ChatRequest) -> Job:
     """The pipeline's job for a parsed chat request."""
     common = req.common
-    return Job(ModelRef(common.model), (ChatInput(req.options),), common.knobs(keep_tokens=req.logprobs))
+    return Job(
+        ModelRef(common.model),
+        (ChatInput(req.options, untemplated="refuse", template=req.template),),
+        common.knobs(keep_tokens=req.logprobs),
+    )
 
 
 async def submit(request: Request, ready: Prepared, session: str | None) -> Generation:

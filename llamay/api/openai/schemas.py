@@ -8,6 +8,7 @@ from typing import Any
 
 from ...chat.flow import ChatOptions, effort_budget
 from ...chat.prepare import Knobs
+from ...chat.template import CHATML_TEMPLATE, ChatTemplate
 from ...chat.tools import parse_tool_choice, parse_tools
 from ...engine.repetition import RepetitionParams
 from ...errors import InvalidRequest, Unsupported
@@ -88,10 +89,14 @@ class Common:
 
 @dataclass(frozen=True)
 class ChatRequest:
+    """`template`: the request's own `chat_template` (vLLM's field: Jinja source, or
+    "chatml"), used instead of the model's; None: the model's."""
+
     common: Common
     options: ChatOptions
     logprobs: bool
     top_logprobs: int
+    template: ChatTemplate | None = None
 
 
 @dataclass(frozen=True)
@@ -295,7 +300,29 @@ def parse_chat(body: Any) -> ChatRequest:
         raise InvalidRequest("'top_logprobs' requires 'logprobs': true", param="top_logprobs")
     # Internally top_logprobs counts alternatives; `logprobs` n means "chosen + n-1 others".
     common = _common(f, default_max=None, logprobs=(1 + top) if want_logprobs else 0)
-    return ChatRequest(common, chat_options(f, list(messages), common.grammar), want_logprobs, top)
+    options = chat_options(f, list(messages), common.grammar)
+    return ChatRequest(common, options, want_logprobs, top, request_template(f.text("chat_template")))
+
+
+#: Characters of a request's own chat template.
+MAX_TEMPLATE = 64 * 1024
+
+
+def request_template(source: str | None) -> ChatTemplate | None:
+    """A request's `chat_template`, compiled (in the sandbox every template renders in);
+    a 400 naming the field if it is too long or does not compile."""
+    if source is None:
+        return None
+    if source == "chatml":
+        return ChatTemplate(CHATML_TEMPLATE)
+    if len(source) > MAX_TEMPLATE:
+        raise InvalidRequest(
+            f"'chat_template' is longer than {MAX_TEMPLATE} characters", param="chat_template"
+        )
+    try:
+        return ChatTemplate(source)
+    except ValueError as e:
+        raise InvalidRequest(f"'chat_template': {e}", param="chat_template") from None
 
 
 # What the server passes to a chat template itself (Template.render's arguments and the
