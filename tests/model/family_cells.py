@@ -198,7 +198,7 @@ def openai_stream(s: Server) -> None:
 
 
 def openai_history(s: Server) -> None:
-    r = _oa(s, messages=_history_openai(), tools=OPENAI_TOOLS)
+    r = _oa(s, messages=_history_openai(), tools=OPENAI_TOOLS, max_tokens=CONSTRAINED)
     assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
 
 
@@ -326,7 +326,7 @@ def anthropic_history(s: Server) -> None:
             {"type": "text", "text": "And tomorrow?"},
         ]},
     ]  # fmt: skip
-    m = _an(s, system=SYSTEM, messages=messages, tools=ANTHROPIC_TOOLS)
+    m = _an(s, system=SYSTEM, messages=messages, tools=ANTHROPIC_TOOLS, max_tokens=CONSTRAINED)
     assert m.stop_reason in ("end_turn", "max_tokens", "tool_use")
 
 
@@ -409,7 +409,7 @@ def ollama_history(s: Server) -> None:
         {"role": "tool", "tool_name": "get_time", "content": "14:05"},
         {"role": "user", "content": "And tomorrow?"},
     ]  # fmt: skip
-    (r,) = _ol(s, messages=messages, tools=OLLAMA_TOOLS)
+    (r,) = _ol(s, messages=messages, tools=OLLAMA_TOOLS, num_predict=CONSTRAINED)
     assert r["done"]
 
 

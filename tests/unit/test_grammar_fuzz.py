@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 
 import jsonschema
@@ -55,8 +55,13 @@ def _date_time(value: object) -> bool:
 
 def _multiple_of(validator: Any, divisor: Any, instance: Any, schema: Any) -> Any:
     # Decimal arithmetic: in floats 0.7 / 0.0001 is not integral, though 0.7 is a multiple.
-    if validator.is_type(instance, "number") and Decimal(repr(instance)) % Decimal(repr(divisor)) != 0:
-        yield jsonschema.ValidationError(f"{instance} is not a multiple of {divisor}")
+    # The precision holds the whole quotient of any two floats (1e308 / 1e-308 has 617 digits).
+    if not validator.is_type(instance, "number"):
+        return
+    with localcontext() as ctx:
+        ctx.prec = 1000
+        if Decimal(repr(instance)) % Decimal(repr(divisor)) != 0:
+            yield jsonschema.ValidationError(f"{instance} is not a multiple of {divisor}")
 
 
 EXACT_VALIDATOR = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"multipleOf": _multiple_of})

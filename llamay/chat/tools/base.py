@@ -47,7 +47,7 @@ model's vocabulary, else None."""
 # One gap in a call's envelope: a space, or one or two newlines (between a marker and its
 # JSON, or after a think block), indented when the format's layout is. Wider gaps are valid
 # JSON but only let a model spend its budget on whitespace.
-WS_RULE = "ws: /[ \\t]|\\n{1,2}/"
+WS_RULE = "ws: /[ \\t]{1,4}|\\r?\\n{1,2}[ \\t]{0,8}/"
 INDENTED_WS_RULE = "ws: /[ \\t]|\\n{1,2}[ \\t]{0,16}/"
 
 
