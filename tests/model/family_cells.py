@@ -409,7 +409,7 @@ def ollama_history(s: Server) -> None:
         {"role": "tool", "tool_name": "get_time", "content": "14:05"},
         {"role": "user", "content": "And tomorrow?"},
     ]  # fmt: skip
-    (r,) = _ol(s, messages=messages, tools=OLLAMA_TOOLS, num_predict=CONSTRAINED)
+    (r,) = _ol(s, messages=messages, tools=OLLAMA_TOOLS, num_predict=16)
     assert r["done"]
 
 

@@ -171,7 +171,7 @@ def test_catalog_defaults_go_under_everything_else(tmp_path: Any) -> None:
     runtime = SimpleNamespace(config=config, store=store)
     # the default model's own: the model card's, under the server's -top-p and create's top_k
     got = effective_params(runtime, "smollm2:135m", tmp_path / "missing.gguf")
-    assert got == {"temperature": 0.2, "top_p": 0.5, "repeat_penalty": 1.1, "top_k": 9}
+    assert got == {"temperature": 0.2, "top_p": 0.5, "top_k": 9}
     assert effective_params(runtime, "smollm2", tmp_path / "missing.gguf")["temperature"] == 0.2  # an alias
     assert "temperature" not in effective_params(runtime, "gemma3:270m", tmp_path / "missing.gguf")
 
