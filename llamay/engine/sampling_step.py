@@ -129,22 +129,40 @@ LAYOUT_TRIES = 16
 
 
 def _in_layout(s: Sequence, logits: np.ndarray, sample: Sample) -> Sample:
-    """`sample`, or when its token leaves the canonical layout (layout.py) the next best
-    token that keeps it: the refused token's bit is cleared from the mask and sampling
-    runs again. After LAYOUT_TRIES refusals the last sample stands (still valid JSON)."""
+    """`sample`, or when its token leaves the canonical layout (layout.py) the best token
+    that keeps it: the refused token's bit is cleared from the mask and sampling runs
+    again. After LAYOUT_TRIES refusals (a model that ranks many stray whitespace tokens
+    first) every allowed token is checked once and the mask keeps only those in the
+    layout; if none is, the grammar's own choice stands (still valid JSON)."""
     c = s.constraint
     assert c is not None and s.mask is not None
     words = s.mask.view(np.uint32)
+    limit = s.request.stop.max_tokens
     for _ in range(LAYOUT_TRIES):
         if c.keeps_layout(sample.token):
             return sample
         t = sample.token
+        # What the model chose, written in the layout's whitespace: its tail is forced in
+        # the next steps. Not near max_tokens, where the shortest endings decide (_fit).
+        tokens = c.respaced(t)
+        if tokens and (limit is None or limit - s.n_generated - len(tokens) > 2 * max(s.room, 0) + ROOM_SLACK):
+            s.closing = tokens[1:]
+            return Sample(tokens[0])
         words[t >> 5] &= np.uint32(~(1 << (t & 31)) & 0xFFFFFFFF)
         try:
             sample = s.sampler.sample(logits, s.mask)
         except ValueError:  # nothing else allowed: keep what the grammar took
             return Sample(t)
-    return sample
+    if c.keeps_layout(sample.token):
+        return sample
+    before = s.mask.copy()
+    if c.keep_layout(s.mask) == 0:
+        s.mask[:] = before
+        return sample
+    try:
+        return s.sampler.sample(logits, s.mask)
+    except ValueError:  # the sampler's own filters left nothing of what stays
+        return sample
 
 
 def _fit(s: Sequence, sample: Sample, eog: frozenset[int]) -> Sample | Finish:

@@ -62,7 +62,8 @@ class Sequence:
         if has_grammar and rep.enabled and rep.multiplier > 0 and structural is not None:
             self.ngram = NgramPenalty(rep, structural, req.tokens)
         # Steering to a shortest completion when max_tokens runs low (sampling_step._fit):
-        # the tokens of it still to force, whether it began, and its length as last measured
+        # the tokens of it still to force (also the tail of a token written in the JSON
+        # layout, sampling_step._in_layout), whether it began, and its length as last measured
         # (at n_generated `room_at`, -1: not yet; a `room` of -1: none fitted).
         self.closing: list[int] = []
         self.closed_early = False

@@ -210,9 +210,57 @@ class Constraint:
 
     def keeps_layout(self, token: int) -> bool:
         """Whether `token` keeps the canonical layout (always, unless the grammar is JSON
-        in the indented layout: see layout.py). The grammar's mask is checked apart."""
+        in the indented layout: see layout.py). The grammar's mask is checked apart, but
+        whitespace after a value is the gap before a closer, so it keeps the layout only
+        where the grammar lets the container close (else it leads nowhere)."""
         scan = self._scan
-        return not isinstance(scan, Indented) or scan.accepts(self._closing.piece(token))
+        if not isinstance(scan, Indented):
+            return True
+        after = scan.copy()
+        if not after.feed(self._closing.piece(token)):
+            return False
+        rest = after.pending_close()
+        if rest is None:
+            return True
+        tokens = [token, *self._closing.gap_tokens(rest)]
+        return bool(self._matcher.validate_tokens(tokens) == len(tokens))
+
+    def respaced(self, token: int) -> list[int] | None:
+        """Tokens that write what `token` writes with the layout's whitespace instead of its
+        own (`Indented.respace`), when the grammar accepts them all and they differ from
+        `token` alone; else None. A model whose vocabulary joins a quote to a bracket can
+        so say what it chose in the layout. Advances nothing."""
+        scan = self._scan
+        if not isinstance(scan, Indented):
+            return None
+        text = scan.respace(self._closing.piece(token))
+        if text is None:
+            return None
+        tokens = list(self._closing.tokenizer.tokenize_bytes(text))
+        if tokens == [token] or self._closing.tokenizer.decode_bytes(tokens) != text:
+            return None
+        if self._matcher.validate_tokens(tokens) != len(tokens):
+            return None
+        return tokens
+
+    def keep_layout(self, mask: np.ndarray) -> int:
+        """Clear from `mask` (as `fill_mask` wrote it) every allowed token that would leave
+        the canonical layout, and return how many stay allowed. A no-op (the popcount)
+        unless the grammar is JSON in the indented layout. Costs one check per allowed
+        token: for when sampling again (`keeps_layout`) has not found one cheaply."""
+        bits = np.unpackbits(mask.view(np.uint8), bitorder="little")
+        allowed = np.flatnonzero(bits[: self.vocab_size])
+        scan = self._scan
+        if not isinstance(scan, Indented):
+            return int(allowed.size)
+        words = mask.view(np.uint32)
+        kept = 0
+        for t in allowed.tolist():
+            if self.keeps_layout(t):
+                kept += 1
+            else:
+                words[t >> 5] &= np.uint32(~(1 << (t & 31)) & 0xFFFFFFFF)
+        return kept
 
     def completion(self, limit: int, first: int | None = None) -> list[int] | None:
         """A shortest completion from here (after `first`, when given) of at most `limit`

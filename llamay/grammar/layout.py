@@ -6,7 +6,10 @@ follows the text as it is generated and says whether a piece keeps to the one la
 people expect: after `{`, `[` or `,` a newline and two spaces per level; before the `}`
 or `]` that closes a non-empty container a newline and the outer level's indent; `": "`
 between key and value; nothing else outside strings. The engine samples only tokens it
-accepts (sampling_step.py), and the shortest endings follow it too (closing.py).
+accepts (sampling_step.py), writes a token that joins the model's own whitespace to what
+it chose in the layout's instead (`respace`), and the shortest endings follow it too
+(closing.py). Whitespace after a value can only lead to a closer, so it keeps the layout
+only where the grammar lets the container close (constraint.py).
 
 Depth beyond what the grammar's whitespace pattern can indent (`MAX_INDENT` spaces) keeps
 that many spaces.
@@ -106,6 +109,39 @@ class Indented:
                 self.stack = self.stack[:-1]
             self.prev = b
         return ok
+
+    def pending_close(self) -> bytes | None:
+        """When whitespace after a value has been written (it can only be the gap before
+        the closer), the rest of that gap and the closer's byte; else None."""
+        if self.in_string or not self.ws or self.prev in (-1, _KEY, 0x2C, 0x3A) or self.prev in _OPEN:
+            return None
+        if not self.stack:
+            return None
+        closer = b"}" if self.stack[-1:] == b"{" else b"]"
+        return self._newline(self.depth - 1)[len(self.ws) :] + closer
+
+    def respace(self, data: bytes) -> bytes | None:
+        """`data` with the whitespace outside strings rewritten to the layout: each gap the
+        one it must be, a trailing gap after `,`, `:`, `{` or `[` written whole (one after
+        a value dropped: it could only lead to a closer). None when that leaves nothing or
+        the gap written before `data` does not start the one needed. Nothing is advanced."""
+        scan = self.copy()
+        out = bytearray()
+        for b in data:
+            if scan.in_string or b not in _WS:
+                if not scan.in_string:
+                    gap = scan.gap(b)
+                    if not gap.startswith(scan.ws):
+                        return None
+                    out += gap[len(scan.ws) :]
+                    scan.ws = b""
+                out.append(b)
+                scan.feed(bytes((b,)))
+        if not scan.in_string and data[-1:] and data[-1] in _WS and scan.prev in (0x2C, 0x3A, *_OPEN):
+            want = b" " if scan.prev == 0x3A else scan._newline(scan.depth)
+            if want.startswith(scan.ws):
+                out += want[len(scan.ws) :]
+        return bytes(out) or None
 
     def accepts(self, data: bytes) -> bool:
         """Whether `data` keeps to the layout from here (nothing is advanced)."""

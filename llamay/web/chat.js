@@ -81,8 +81,50 @@ function toolCard(call) {
   return { card, name, args };
 }
 
+const BLANK = ' \t\n\r';
+
+// `text` indented two spaces a level, or null if it is not JSON. The text itself is
+// re-spaced, not parsed and printed again: JSON.parse would round a long integer or
+// fraction to the nearest double, and the reply must show what the model wrote.
 function pretty(text) {
-  try { return JSON.stringify(JSON.parse(text), null, 2); } catch { return null; }
+  try { JSON.parse(text); } catch { return null; }
+  const line = (depth) => '\n' + '  '.repeat(depth);
+  let out = '';
+  let depth = 0;
+  let inString = false;
+  let escaped = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (inString) {
+      out += c;
+      if (escaped) escaped = false;
+      else if (c === '\\') escaped = true;
+      else if (c === '"') inString = false;
+    } else if (BLANK.includes(c)) {
+      continue;
+    } else if (c === '{' || c === '[') {
+      let j = i + 1;
+      while (j < text.length && BLANK.includes(text[j])) j++;
+      if (text[j] === (c === '{' ? '}' : ']')) {
+        out += c + text[j];
+        i = j;
+      } else {
+        depth++;
+        out += c + line(depth);
+      }
+    } else if (c === '}' || c === ']') {
+      depth--;
+      out += line(depth) + c;
+    } else if (c === ',') {
+      out += ',' + line(depth);
+    } else if (c === ':') {
+      out += ': ';
+    } else {
+      if (c === '"') inString = true;
+      out += c;
+    }
+  }
+  return out;
 }
 
 async function send(text) {

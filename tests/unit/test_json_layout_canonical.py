@@ -72,3 +72,40 @@ def test_deep_nesting_keeps_the_widest_indent_the_grammar_allows() -> None:
     lines = json.dumps(value, indent=2).splitlines()
     capped = "\n".join(" " * min(len(x) - len(x.lstrip()), MAX_INDENT) + x.lstrip() for x in lines)
     assert Indented().feed(capped.encode())
+
+
+def after(prefix: str) -> Indented:
+    scan = Indented()
+    scan.feed(prefix.encode())
+    return scan
+
+
+@pytest.mark.parametrize(
+    ("prefix", "piece", "respaced"),
+    [
+        ('[\n  "a"', ', "b"]', ',\n  "b"\n]'),  # an inline list, in the layout
+        ('[\n  "v', '"]', '"\n]'),  # a quote joined to a bracket
+        ("{", ' "', '\n  "'),
+        ('{\n  "a":', "  1", " 1"),
+        ('{\n  "a": ', "1 ,", "1,"),
+        ('{\n  "a": 1', ",", ","),  # already in the layout: the same bytes
+        ('{\n  "a": 1', ", ", ",\n  "),  # a trailing gap after a comma is written whole
+        ('{\n  "s": "x', 'y z",', 'y z",'),  # inside a string nothing changes
+        ('{\n  "a": 1', " ", None),  # a gap after a value could only lead to a closer
+        ('{\n  "a": 1\n ', "}", None),  # the gap written so far does not start the one needed
+    ],
+)
+def test_respace_writes_a_piece_in_the_layout(prefix: str, piece: str, respaced: str | None) -> None:
+    scan = after(prefix)
+    got = scan.respace(piece.encode())
+    assert got == (None if respaced is None else respaced.encode())
+    if got is not None:
+        assert scan.accepts(got)
+    assert scan.ws == after(prefix).ws and scan.prev == after(prefix).prev  # nothing advanced
+
+
+def test_pending_close_is_the_rest_of_the_gap_before_the_closer() -> None:
+    assert after('{\n  "a": [\n    1\n ').pending_close() == b" ]"
+    assert after('{\n  "a": 1\n').pending_close() == b"}"
+    assert after('{\n  "a": 1').pending_close() is None  # no gap yet
+    assert after('{\n  "a": 1,\n').pending_close() is None  # a gap after a comma leads to a key
