@@ -9,7 +9,7 @@ import hashlib
 import json
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -20,7 +20,7 @@ from llamay.backend.context import Context, ContextConfig
 from llamay.backend.model import Model
 from llamay.errors import InvalidRequest
 from llamay.kv.seqstate import CELL_ENTRY_MAX, FILE_HEAD, MARGIN, PREAMBLE, StateFile, kv_shape, parse_state
-from llamay.kv.snapshot import read_snapshot
+from llamay.kv.snapshot import SIG_LEN, read_snapshot
 from llamay.testing import write_tiny_llama
 from llamay.testing.tiny_swa import write_tiny_gemma3
 from tests.serverproc import ServerProc, start_server
@@ -214,3 +214,45 @@ def _kv(state: bytes) -> tuple[bytes, list[int], str]:
     entries = np.frombuffer(state, np.int32, 3 * cells, 16).reshape(cells, 3)
     end = 16 + 12 * cells
     return state[:4], entries[:, 0].tolist(), hashlib.sha256(state[end:]).hexdigest()
+
+
+def _spooled(home: Path) -> list[Path]:
+    return sorted(home.rglob(".restore-*"))
+
+
+def _until(server: ServerProc, done: Callable[[], bool]) -> bool:
+    """Whether `done` becomes true while the server answers up to 400 health checks (each
+    one a round trip through its event loop: no sleeping, no clock)."""
+    for _ in range(400):
+        if done():
+            return True
+        httpx.get(server.base + "/health", timeout=60)
+    return done()
+
+
+def test_an_upload_is_spooled_privately_and_removed_however_it_ends(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "h"
+    with start_server(tiny_model_path, "-ctx", "4096", home=home) as s:
+        snap = _snapshot(s, "spooled to disk " * 6)
+        hlen = struct.unpack_from("<I", snap, 10)[0]
+        half = 14 + hlen + (len(snap) - 14 - hlen) // 2
+        host, port = s.base.removeprefix("http://").split(":")
+        sock = socket.create_connection((host, int(port)), timeout=120)
+        sock.sendall(
+            f"POST /v1/contexts/restore HTTP/1.1\r\nHost: x\r\nContent-Length: {len(snap)}\r\n\r\n".encode()
+        )
+        sock.sendall(snap[:half])
+        assert _until(s, lambda: len(_spooled(home)) == 1)
+        (spool,) = _spooled(home)
+        assert spool.stat().st_mode & 0o777 == 0o600 and spool.parent.stat().st_mode & 0o777 == 0o700
+        sock.close()  # the client goes away mid-upload
+        assert _until(s, lambda: not _spooled(home))
+        bad = bytearray(snap)
+        bad[-SIG_LEN - 1] ^= 1  # the last state byte: a checksum mismatch, found at the end
+        r = httpx.post(s.base + "/v1/contexts/restore", content=bytes(bad), timeout=120)
+        assert r.status_code == 400 and "checksum" in r.text, r.text
+        r = httpx.post(s.base + "/v1/contexts/restore", content=snap, timeout=120)
+        assert r.status_code == 200, r.text
+        assert not _spooled(home)
