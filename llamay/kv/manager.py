@@ -306,8 +306,16 @@ class KvManager:
     ) -> ContextRecord:
         """A new context from a snapshot's header and state (its bytes, or a StateFile that
         llama.cpp reads from disk; the caller checked the model and decided its owner and
-        namespace): InvalidRequest when `check_state`
-        refuses the state, Overloaded when no id or KV room can be made for it."""
+        namespace): InvalidRequest when `check_state` refuses the state, Overloaded when no
+        id or KV room can be made for it.
+
+        llama.cpp reads a state file trusting its structure, and aborts the process when the
+        file ends before it: so a file goes to it only once this cache's own states are known
+        to parse as `parse_state` reads them (their layout learned). Before that (a cache that
+        holds no KV at all) the state is read into memory and handed over as bytes, which
+        llama.cpp reads with bounds checks."""
+        if isinstance(state, StateFile) and self._own_layout() is None:
+            state = state.read()
         return self.contexts.restore(
             header, state, self.acquire, owner=owner, namespace=namespace, check_state=check_state
         )

@@ -77,6 +77,15 @@ class StateFile:
     preamble: bytes
     size: int
 
+    def read(self) -> bytes:
+        """The state's bytes, as `llama_state_seq_get_data` gave them."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(len(FILE_HEAD))
+                return self.preamble + f.read(self.size - PREAMBLE + 1)
+        except FileNotFoundError:
+            raise InvalidRequest("the uploaded state is gone (its request ended)") from None
+
     @contextmanager
     def held(self) -> Iterator[StateFile]:
         """This state kept open while the block runs, as a StateFile naming the open file

@@ -179,9 +179,9 @@ def _status(pid: int) -> dict[str, int]:
 
 
 def test_a_large_restore_does_not_hold_the_state_in_memory(tmp_path: Path) -> None:
-    """A ~60 MiB state restored into a fresh server: its peak resident memory during the
-    restore grows by far less than the state (the old path held it twice), and the context
-    it made snapshots back to the same bytes."""
+    """A ~60 MiB state restored into a server whose cache holds one small context: its peak
+    resident memory during the restore grows by far less than the state (the old path held it
+    twice), and the restored context's KV is the original's."""
     wide = write_tiny_llama(
         tmp_path / "wide.gguf", n_embd=512, n_layer=12, n_head=8, n_head_kv=8, n_ctx_train=4096
     )
@@ -193,8 +193,8 @@ def test_a_large_restore_does_not_hold_the_state_in_memory(tmp_path: Path) -> No
     _, state = read_snapshot(big)
     assert len(state) > 48 * 1024 * 1024
     with start_server(wide, *args, home=tmp_path / "b") as b:
-        warm = httpx.post(b.base + "/v1/contexts/restore", content=small, timeout=120)  # first-use costs
-        assert warm.status_code == 200, warm.text
+        warm = httpx.post(b.base + "/v1/contexts/restore", content=small, timeout=120)
+        assert warm.status_code == 200, warm.text  # the cache holds KV now: its layout is known
         pid = b.proc.pid
         Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
         before = _status(pid)
