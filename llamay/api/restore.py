@@ -4,11 +4,12 @@ The body is never held in memory: the prefix and header are read first and check
 model, token count), and the largest state that many tokens can take for this model
 (kv/seqstate.KvShape, from its layers' K and V widths at the cache's types) bounds what may
 follow, before any of it is read: a declared state or Content-Length beyond it is a 413
-naming both sizes. The state then streams to a nameless 0600 file in the model's private
-contexts folder while its SHA-256 and the server's HMAC are computed, and llama.cpp loads a
-complete, verified state from that file (`llama_state_seq_load_file`, a layer's rows at a
-time): memory grows by a chunk, never by the state. The file goes with the request, however
-it ends. At most `MAX_RESTORES` run at once; more is a 503 with Retry-After.
+naming both sizes. The state then streams to a 0600 file under a random name in the model's
+private contexts folder while its SHA-256 and the server's HMAC are computed, and llama.cpp
+loads a complete, verified state from that file (`llama_state_seq_load_file`, a layer's rows
+at a time): memory grows by a chunk, never by the state (but while the cache holds no KV at
+all, see KvManager.restore). The file goes with the request, however it ends. At most
+`MAX_RESTORES` run at once; more is a 503 with Retry-After.
 
 Trust: a snapshot signed with the server's key (kv/snapshot.py) was written by a server of
 this fleet as it is, so its header's owner and namespace hold (a shared one only for an

@@ -121,10 +121,11 @@ class ContextService:
         namespace: str | None = None,
     ) -> ContextRecord:
         """A new context on `lm` from a snapshot read with `kv.snapshot.read_snapshot` (or
-        streamed to a `StateFile` by the restore route): the snapshot must be of this model and fit its context. It is owned by `owner`
-        (by default the header's) in prefix-cache `namespace` (by default the current
-        request's: never SHARED unless the caller decided the snapshot is trusted). A
-        damaged state is InvalidRequest before anything in the cache gives way."""
+        streamed to a `StateFile` by the restore route): the snapshot must be of this model
+        and fit its context. It is owned by `owner` (by default the header's) in prefix-cache
+        `namespace` (by default the current request's: never SHARED unless the caller decided
+        the snapshot is trusted). A damaged state is InvalidRequest before anything in the
+        cache gives way."""
         check_model(header, lm.name, lm.sha256 or "")
         lm.model.check_tokens(header.tokens)
         if len(header.tokens) >= lm.engine.n_ctx:
