@@ -83,12 +83,12 @@ test('structured output: zodOutputFormat through parse(), whole and streamed', a
   assert.equal(textOf(streamed), textOf(r));
   assert.deepEqual(streamed.parsed_output, r.parsed_output);
 
-  // The beta API's helper sends the older field, output_format.
+  // The beta API takes the older output_format and sends it as output_config.format.
   const { seen, fetch } = recordingFetch();
   const recorded = new Anthropic({ baseURL: BASE, apiKey: KEY, maxRetries: 0, timeout: 60_000, fetch });
   const beta = await recorded.beta.messages.parse({ ...GREEDY, messages, max_tokens: 80, output_format: betaZodOutputFormat(Report) });
   conforms(Report, beta.parsed_output);
-  assert.equal(seen[0].body.output_format.type, 'json_schema');
+  assert.equal(seen[0].body.output_config.format.type, 'json_schema');
 });
 
 test('tool runner: falls back from a thread and completes the tool loop', async () => {
