@@ -33,7 +33,9 @@ def node() -> str:
     if found is None:
         pytest.fail("node is not installed: ./setup.sh test installs it (Node.js 20 or newer)")
     if not (NODE_DIR / "node_modules" / ".package-lock.json").is_file():
-        pytest.fail(f"the Node packages are not installed: run `npm ci --prefix {NODE_DIR}` (./setup.sh test does)")
+        pytest.fail(
+            f"the Node packages are not installed: run `npm ci --prefix {NODE_DIR}` (./setup.sh test does)"
+        )
     return found
 
 
@@ -48,7 +50,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
 def test_node_client(script: str, node: str, server: ServerProc) -> None:
     env = {**os.environ, "LLAMAY_BASE": server.base, "LLAMAY_MODEL": MODEL, "NO_COLOR": "1"}
     # Every SDK reads its own key variable; none of them may reach a hosted service from here.
-    for name in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "OLLAMA_HOST", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+    for name in (
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_BASE_URL",
+        "OLLAMA_HOST",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+    ):
         env.pop(name, None)
     try:
         done = subprocess.run(
