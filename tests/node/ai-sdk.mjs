@@ -9,7 +9,8 @@ import { Output, generateText, stepCountIs, streamText, tool } from 'ai';
 import { ASK, Answer, BASE, KEY, MODEL, Weather, conforms, recordingFetch } from './lib.mjs';
 
 const openai = createOpenAI({ baseURL: `${BASE}/v1`, apiKey: KEY });
-// Without supportsStructuredOutputs the provider sends `json_object` and drops the schema.
+// Without supportsStructuredOutputs the provider sends `json_object` and drops the schema; without
+// includeUsage a stream reports no usage (both checked at the end).
 const compatible = createOpenAICompatible({
   name: 'llamay', baseURL: `${BASE}/v1`, apiKey: KEY, includeUsage: true, supportsStructuredOutputs: true,
 });
@@ -117,4 +118,16 @@ test('@ai-sdk/openai-compatible sends the schema only with supportsStructuredOut
   assert.equal(withSchema.type, 'json_schema');
   assert.deepEqual(Object.keys(withSchema.json_schema.schema.properties), ['city', 'temperature', 'sunny']);
   assert.deepEqual(await sent(false), { type: 'json_object' });
+});
+
+test('@ai-sdk/openai-compatible reports stream usage only with includeUsage', async () => {
+  const usage = async (includeUsage) => {
+    const provider = createOpenAICompatible({ name: 'llamay', baseURL: `${BASE}/v1`, apiKey: KEY, includeUsage });
+    const stream = streamText({ ...GREEDY, model: provider.chatModel(MODEL), prompt: ASK, maxOutputTokens: 5 });
+    await stream.text;
+    return stream.usage;
+  };
+  const [without, withUsage] = [await usage(false), await usage(true)];
+  assert.equal(without.outputTokens, undefined);
+  assert.equal(withUsage.outputTokens, 5);
 });

@@ -150,3 +150,34 @@ test('tool runner: streamed turns', async () => {
   assert.equal(calls.length, 2);
   assert.deepEqual(ran, calls);
 });
+
+test('tool runner: the loop ends on a reply without a call', async () => {
+  const ran = [];
+  const getWeather = betaZodTool({
+    name: 'get_weather', description: 'Current weather for a city', inputSchema: Weather,
+    run: async (input) => { ran.push(input); return '21 and sunny'; },
+  });
+  const runner = client.beta.messages.toolRunner({
+    ...GREEDY, max_tokens: 200, messages, tools: [getWeather], tool_choice: ONE_CALL, max_iterations: 5,
+  });
+  const replies = [];
+  for await (const message of runner) {
+    replies.push(message);
+    if (replies.length === 1) {
+      // Keep the reply, and let the model answer in words once the tool has run.
+      runner.setMessagesParams((params) => ({
+        ...params, messages: [...params.messages, { role: 'assistant', content: message.content }], tool_choice: { type: 'none' },
+      }));
+    }
+  }
+  assert.equal(replies.length, 2);
+  assert.equal(replies[0].stop_reason, 'tool_use');
+  assert.equal(ran.length, 1);
+  conforms(Weather, ran[0]);
+  const final = await runner.done();
+  assert.equal(final.id, replies[1].id);
+  assert.ok(['end_turn', 'max_tokens'].includes(final.stop_reason));
+  assert.ok(final.content.every((b) => b.type === 'text'));
+  // The last request held the question, the call and its result.
+  assert.deepEqual(runner.params.messages.map((m) => m.role), ['user', 'assistant', 'user', 'assistant']);
+});
