@@ -24,6 +24,10 @@ test('messages: a whole answer with usage', async () => {
   assert.ok(['end_turn', 'max_tokens'].includes(r.stop_reason));
   assert.ok(textOf(r).length > 0);
   assert.ok(r.usage.input_tokens > 0 && r.usage.output_tokens > 0 && r.usage.output_tokens <= 12);
+  // A Claude model name, as code written for Anthropic sends, is served by the default model.
+  const claude = await client.messages.create({ ...GREEDY, model: 'claude-sonnet-4-5', messages, max_tokens: 12 });
+  assert.equal(claude.model, MODEL);
+  assert.equal(textOf(claude), textOf(r));
 });
 
 test('messages stream: text deltas join to the whole answer, same usage', async () => {

@@ -14,13 +14,20 @@ const weatherTool = {
   function: { name: 'get_weather', description: 'Current weather for a city', parameters: WEATHER_SCHEMA },
 };
 
+test('models: the served model is listed', async () => {
+  const ids = [];
+  for await (const model of client.models.list()) ids.push(model.id);
+  assert.ok(ids.includes(MODEL));
+});
+
 test('chat: a whole answer with usage', async () => {
   const r = await client.chat.completions.create({ ...GREEDY, messages, max_tokens: 12 });
   assert.equal(r.object, 'chat.completion');
   assert.equal(r.choices.length, 1);
   const choice = r.choices[0];
   assert.equal(choice.message.role, 'assistant');
-  assert.equal(typeof choice.message.content, 'string');
+  assert.ok(choice.message.content.length > 0);
+  assert.equal(r.model, MODEL);
   assert.ok(['stop', 'length'].includes(choice.finish_reason));
   assert.ok(r.usage.prompt_tokens > 0 && r.usage.completion_tokens > 0);
   assert.ok(r.usage.completion_tokens <= 12);
@@ -116,7 +123,7 @@ test('responses: create, stream and previous_response_id', async () => {
   const first = await client.responses.create({ ...GREEDY, input: ASK, max_output_tokens: 12 });
   assert.equal(first.object, 'response');
   assert.ok(['completed', 'incomplete'].includes(first.status));
-  assert.equal(typeof first.output_text, 'string');
+  assert.ok(first.output_text.length > 0);
   assert.ok(first.usage.input_tokens > 0 && first.usage.output_tokens > 0 && first.usage.output_tokens <= 12);
   assert.equal(first.usage.total_tokens, first.usage.input_tokens + first.usage.output_tokens);
 
