@@ -49,7 +49,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
 @pytest.mark.parametrize("script", ["openai.mjs", "ai-sdk.mjs", "ollama.mjs", "anthropic.mjs"])
 def test_node_client(script: str, node: str, server: ServerProc) -> None:
     env = {**os.environ, "LLAMAY_BASE": server.base, "LLAMAY_MODEL": MODEL, "NO_COLOR": "1"}
-    # Every SDK reads its own key variable; none of them may reach a hosted service from here.
+    # The scripts name the server and a key themselves: the variables the SDKs would read instead
+    # are dropped, so the caller's environment cannot change what runs.
     for name in (
         "OPENAI_BASE_URL",
         "ANTHROPIC_BASE_URL",
@@ -68,7 +69,9 @@ def test_node_client(script: str, node: str, server: ServerProc) -> None:
             timeout=300,
         )
     except subprocess.TimeoutExpired as e:
-        pytest.fail(f"{script} did not finish in {e.timeout} s:\n{e.stdout or ''}{e.stderr or ''}")
+        # The output so far comes as bytes here, text=True or not.
+        out = b"".join(x for x in (e.stdout, e.stderr) if isinstance(x, bytes)).decode(errors="replace")
+        pytest.fail(f"{script} did not finish in {e.timeout} s:\n{out}")
     if done.returncode != 0:
         pytest.fail(f"{script} failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
     # node:test's summary: every test ran and passed (none skipped or left as todo).
