@@ -69,8 +69,11 @@ def test_node_client(script: str, node: str, server: ServerProc) -> None:
             timeout=300,
         )
     except subprocess.TimeoutExpired as e:
-        # The output so far comes as bytes here, text=True or not.
-        out = b"".join(x for x in (e.stdout, e.stderr) if isinstance(x, bytes)).decode(errors="replace")
+        # The output so far comes as bytes on POSIX, text=True or not.
+        parts = (
+            x.decode(errors="replace") if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr)
+        )
+        out = "".join(parts)
         pytest.fail(f"{script} did not finish in {e.timeout} s:\n{out}")
     if done.returncode != 0:
         pytest.fail(f"{script} failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
