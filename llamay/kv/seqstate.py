@@ -19,7 +19,8 @@ Layout (llama.cpp as vendored, unified KV, one stream), all little-endian:
     else:     n_layer x (i32 v_type, u64 v_row_bytes, cell_count x v_row_bytes)
 
 A model with sliding-window layers writes that from its stream count on twice, once per cache
-(each with its own layers); `KvShape.max_state` allows for both.
+(each with its own layers; the window's cache holds some of the positions), and both are
+parsed; `KvShape.max_state` allows for both.
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ class Layout:
 
     preamble: bytes
     v_trans: int
-    layers: tuple[tuple[int, ...], ...]
+    layers: tuple[tuple[int, ...], ...]  # every cache's, in order
+    caches: int = 1  # 2 for a model with sliding-window layers
 
     def bytes_per_cell(self) -> int:
         """State bytes one more cached position takes (its cell entry and every row)."""
@@ -220,17 +222,37 @@ def parse_state(state: bytes | StateFile, n_ctx: int) -> tuple[int, Layout]:
 
 
 def _parse(preamble: bytes, r: _Reader, n_ctx: int) -> tuple[int, Layout]:
+    cells, v_trans, layers = _cache(r, n_ctx, None)
+    caches = 1
+    # A model with sliding-window layers has a second cache: the same fields for its own
+    # layers, holding the positions of the window (some of the first cache's, each once).
+    while r.at < r.length:
+        if caches == 2:
+            raise _Bad(f"{r.length - r.at} bytes follow its last layer")
+        more, more_trans, more_layers = _cache(r, n_ctx, cells)
+        if more_trans != v_trans:
+            raise _Bad("its caches disagree on the V layout")
+        layers += more_layers
+        caches += 1
+    return cells, Layout(preamble[:4], v_trans, tuple(layers), caches)
+
+
+def _cache(r: _Reader, n_ctx: int, window_of: int | None) -> tuple[int, int, list[tuple[int, ...]]]:
+    """One cache's section: its cell count, v_trans and layers. The first (`window_of` None)
+    must hold positions 0..cells-1 each once; a window's, some of those of `window_of` cells."""
     (n_stream,) = r.take("<I")
     if n_stream != 1:
         raise _Bad(f"{n_stream} streams (this server keeps one)")
     (cells,) = r.take("<I")
-    if not 0 < cells <= n_ctx:
-        raise _Bad(f"{cells} cells (the context holds {n_ctx})")
+    top = n_ctx if window_of is None else window_of
+    if not 0 < cells <= top:
+        raise _Bad(f"{cells} cells (the context holds {top})")
+    span = cells if window_of is None else window_of
     # Cells come in cell order, which need not be position order (a sequence placed across
-    # the end of the cache wraps around); each of positions 0..cells-1 must be there once.
-    seen = bytearray(cells)
+    # the end of the cache wraps around); each position must be there once.
+    seen = bytearray(span)
     for i, (pos, n_seq, _seq) in enumerate(struct.iter_unpack("<iIi", r.read(12 * cells))):
-        if not 0 <= pos < cells or seen[pos] or n_seq != 1:
+        if not 0 <= pos < span or seen[pos] or n_seq != 1:
             raise _Bad(f"cell {i} holds position {pos} of {n_seq} sequences")
         seen[pos] = 1
     v_trans, n_layer = r.take("<II")
@@ -250,6 +272,4 @@ def _parse(preamble: bytes, r: _Reader, n_ctx: int) -> tuple[int, Layout]:
             v_type, v_row = r.take("<iQ")
             r.skip(v_row * cells)
             layers[i] += (v_type, v_row)
-    if r.at != r.length:
-        raise _Bad(f"{r.length - r.at} bytes follow its last layer")
-    return cells, Layout(preamble[:4], v_trans, tuple(layers))
+    return cells, v_trans, layers

@@ -256,3 +256,31 @@ def test_an_upload_is_spooled_privately_and_removed_however_it_ends(
         r = httpx.post(s.base + "/v1/contexts/restore", content=snap, timeout=120)
         assert r.status_code == 200, r.text
         assert not _spooled(home)
+
+
+def test_a_sliding_window_model_s_snapshot_restores_and_continues_the_same(tmp_path: Path) -> None:
+    # Its state holds two caches (the window's keeps only the last positions of a prompt
+    # longer than the window), both parsed and restored.
+    path = write_tiny_gemma3(tmp_path / "swa.gguf", sliding_window=16)
+    with start_server(path, "-ctx", "1024", home=tmp_path / "home") as s:
+        prompt = " ".join(f"w{i}" for i in range(60))
+        made = httpx.post(s.base + "/v1/contexts", json={"prompt": prompt}, timeout=300).json()
+        snap = httpx.get(s.base + f"/v1/contexts/{made['id']}/snapshot", timeout=300).content
+        restored = httpx.post(s.base + "/v1/contexts/restore", content=snap, timeout=300)
+        assert restored.status_code == 200, restored.text
+        assert restored.json()["tokens"] == made["tokens"]
+
+        def go_on(cid: str) -> list[float]:
+            body = {
+                "prompt": prompt + " w60",
+                "llamay_session": cid,
+                "max_tokens": 6,
+                "temperature": 0,
+                "logprobs": 1,
+            }
+            r = httpx.post(s.base + "/v1/completions", json=body, timeout=300)
+            assert r.status_code == 200, r.text
+            return r.json()["choices"][0]["logprobs"]["token_logprobs"]
+
+        original, again = go_on(made["id"]), go_on(restored.json()["id"])
+        assert len(original) == 6 and original == again
