@@ -137,7 +137,8 @@ def test_stream_events_in_order(server: ServerProc) -> None:
     assert added.type == "response.output_item.added" and added.item.type == "file_search_call"
     assert added.item.status == "in_progress" and added.item.results is None
     assert done.type == "response.output_item.done" and done.item.type == "file_search_call"
-    assert done.item.results and {res.file_id for res in done.item.results} == {"public/guide.md", "finance/q3.txt"}
+    assert done.item.results
+    assert {res.file_id for res in done.item.results} == {"public/guide.md", "finance/q3.txt"}
     final = events[-1].response  # type: ignore[union-attr]
     assert final.output[0] == done.item and final == c.responses.retrieve(final.id)
 

@@ -124,6 +124,9 @@ def test_call_item_as_input_and_in_the_prompt() -> None:
     with pytest.raises(LlamayError) as err:
         parse_responses({"input": [{**item, "results": [{"text": 5}]}]})
     assert err.value.param == "input[0].results[0].text"
+    with pytest.raises(LlamayError) as err:
+        parse_responses({"input": [{**item, "results": [{"text": "t", "attributes": {"k": {"nested": 1}}}]}]})
+    assert err.value.param == "input[0].results[0].attributes"
 
 
 def test_search_point_and_query() -> None:
@@ -173,4 +176,5 @@ def test_builder_puts_the_search_first_with_its_events() -> None:
             assert call.results is None
         else:
             assert call.results and call.results[0].file_id == "finance/q3.txt"
-            assert call.results[0].filename == "q3.txt" and call.results[0].attributes == {"start": 10, "end": 23}
+            assert call.results[0].filename == "q3.txt"
+            assert call.results[0].attributes == {"start": 10, "end": 23}

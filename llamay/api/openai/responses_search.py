@@ -222,8 +222,27 @@ def parse_call_item(f: Fields, new_id: str) -> J:
             rf = Fields(r, f"{f.name('results')}[{j}]")
             out: J = {"file_id": rf.text("file_id", ""), "filename": rf.text("filename", ""),
                       "score": rf.number("score", 0.0), "text": rf.text("text", "")}  # fmt: skip
-            attributes = rf.obj("attributes")
-            out["attributes"] = dict(attributes) if attributes is not None else None
+            out["attributes"] = _attributes(rf)
             results.append(out)
     return {"id": f.text("id", max_bytes=256) or new_id, "type": "file_search_call", "status": status,
             "queries": queries, "results": results}  # fmt: skip
+
+
+def _attributes(rf: Fields) -> J | None:
+    """A result's `attributes` as OpenAI bounds them: at most 16 keys of up to 64 characters,
+    each a string of up to 512 characters, a number or a boolean."""
+    raw = rf.obj("attributes")
+    if raw is None:
+        return None
+    where = rf.name("attributes")
+    ok = len(raw) <= 16 and all(
+        len(k) <= 64 and (isinstance(v, int | float | bool) or (isinstance(v, str) and len(v) <= 512))
+        for k, v in raw.items()
+    )
+    if not ok:
+        raise InvalidRequest(
+            f"'{where}' maps at most 16 keys of up to 64 characters to strings of up to 512 "
+            "characters, numbers or booleans",
+            param=where,
+        )
+    return dict(raw)
