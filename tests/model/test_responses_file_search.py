@@ -163,6 +163,18 @@ def test_previous_response_and_call_items_as_input(server: ServerProc) -> None:
     assert r.status in ("completed", "incomplete")
     items = c.responses.input_items.list(r.id, order="asc").data
     assert items[1].type == "file_search_call" and items[1].results == with_results.output[0].results
+    # item_references to the first turn's items bring the passages its search found, though
+    # its item shows none: the same prompt as the conversation given whole with them.
+    asked = c.responses.input_items.list(first.id).data[0]
+    refs = [{"type": "item_reference", "id": asked.id}, {"type": "item_reference", "id": first.output[0].id},
+            {"role": "user", "content": "Thanks."}]  # fmt: skip
+    whole = [{"role": "user", "content": QUESTION}, call, {"role": "user", "content": "Thanks."}]
+    bare = [*whole[:1], {**call, "results": None}, *whole[2:]]
+    tokens = [
+        c.responses.create(model="", input=given, max_output_tokens=1, temperature=0).usage.input_tokens  # type: ignore[union-attr]
+        for given in (refs, whole, bare)
+    ]
+    assert tokens[0] == tokens[1] > tokens[2]
 
 
 def test_unknown_store_and_refusals(server: ServerProc) -> None:

@@ -112,10 +112,16 @@ def _messages(req: ResponsesRequest, items: list[dict[str, Any]]) -> list[dict[s
     return messages + conversation_messages(items)
 
 
-def resolve(items: list[dict[str, Any]], store: ResponseStore, owner: str | None) -> list[dict[str, Any]]:
+def resolve(
+    items: list[dict[str, Any]],
+    store: ResponseStore,
+    owner: str | None,
+    passages: dict[str, list[dict[str, Any]]] | None = None,
+) -> list[dict[str, Any]]:
     """`items` with each `item_reference` replaced by the item it names, an input or
     output item of one of the caller's own stored responses (404 naming the reference
-    when there is none)."""
+    when there is none). A file_search_call so named brings the passages its search found
+    into `passages`."""
     out = []
     for item in items:
         if item["type"] != "item_reference":
@@ -125,6 +131,9 @@ def resolve(items: list[dict[str, Any]], store: ResponseStore, owner: str | None
         if found is None:
             where = f"{item['param']}.id"
             raise NotFound(f"'{where}': no item '{item['id']}' in your stored responses", param=where)
+        found_passages = store.passages(owner, item["id"]) if found["type"] == "file_search_call" else None
+        if found_passages is not None and passages is not None:
+            passages[item["id"]] = found_passages
         out.append(found)
     return out
 
@@ -166,14 +175,14 @@ async def create_response(request: Request) -> Response:
     if req.previous_response_id is not None:
         prev = store.get(req.previous_response_id, principal_of(request), param="previous_response_id")
     owner = principal_of(request).owner_tag(single_user(request))
-    req = replace(req, items=resolve(req.items, store, owner))
+    passages = dict(prev.passages) if prev is not None else {}
+    req = replace(req, items=resolve(req.items, store, owner, passages))
     # The conversation: earlier turns' input and output items, then this input.
     items = (prev.items + prev.body["output"] if prev is not None else []) + req.items
     if req.store:  # refused now rather than generated and then not kept
         store.check_size(await asyncio.to_thread(stored_size, items, {}))
     if not _messages(req, items):
         raise InvalidRequest("'input' must hold at least one item", param="input")
-    passages = dict(prev.passages) if prev is not None else {}
     found, prompt_items = await _search(request, req, items, passages)
     try:
         model = req.model or (prev.model if prev is not None else "")

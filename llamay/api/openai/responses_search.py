@@ -16,8 +16,8 @@ null unless `include` holds "file_search_call.results".
 In the prompt, a `file_search_call` item's passages (`passages_text`) are appended to the
 user message it follows (or, following anything else, make a user message of their own).
 The passages are those the search found, also for a later turn on a stored response whose
-output item shows no results (the record keeps them); an item given as input brings its
-own `results` (none: nothing is added)."""
+output item shows no results, or an `item_reference` to the item (the record keeps them);
+an item given as input brings its own `results` (none: nothing is added)."""
 
 from __future__ import annotations
 

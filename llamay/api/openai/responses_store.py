@@ -125,6 +125,13 @@ class ResponseStore:
         found = self._items.get((owner, iid))
         return found[1] if found is not None else None
 
+    def passages(self, owner: str | None, iid: str) -> list[dict[str, Any]] | None:
+        """The passages the file search `iid` (an item of one of `owner`'s stored responses,
+        as `item` finds it) found, or None."""
+        found = self._items.get((owner, iid))
+        rec = self._records.get(found[0]) if found is not None else None
+        return rec.passages.get(iid) if rec is not None else None
+
     def check_size(self, size: int) -> None:
         """InvalidRequest when a conversation of `size` bytes could never be stored for one
         principal (asked before the turn runs)."""
