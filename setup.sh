@@ -93,6 +93,29 @@ if [ "$mode" = test ] && [ "$(id -u)" = 0 ] && ! command -v chromium >/dev/null 
 fi
 
 if [ "$mode" = test ]; then
+  # The Node client suite (tests/slow/test_node_clients.py) runs the official Node SDKs, pinned in
+  # tests/node/package-lock.json. Without node and npm it fails rather than skips, so they come
+  # from apt where setup can install them; elsewhere this stops with the reason.
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      say "installing node and npm for the Node client tests"
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; } >/dev/null 2>&1 \
+        || { say "nodejs and npm could not be installed with apt: install Node.js 20 or newer and npm"; exit 1; }
+    else
+      say "the Node client tests need node (20 or newer) and npm: install them, then run ./setup.sh test again"
+      exit 1
+    fi
+  fi
+  if ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'; then
+    say "node $(node --version) is too old for the Node client tests: install Node.js 20 or newer"
+    exit 1
+  fi
+  # npm ci wipes node_modules and reinstalls; skip it while the installed tree matches the lock file.
+  if ! cmp -s tests/node/package-lock.json tests/node/node_modules/.llamay-lock 2>/dev/null; then
+    say "installing the Node client packages (tests/node)"
+    npm ci --prefix tests/node --no-audit --no-fund --loglevel=error >/dev/null
+    cp tests/node/package-lock.json tests/node/node_modules/.llamay-lock
+  fi
   "$VPY" -m pip install -q -e '.[test,fleet]'
   # instructor (tests/slow/test_clients_instructor.py) pins jiter<0.15, which current openai
   # clients outgrew; it runs with the newer one, so it comes without its pins (see pyproject).

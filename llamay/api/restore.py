@@ -1,10 +1,15 @@
 """POST /v1/contexts/restore: a snapshot file streamed to disk, checked, then restored.
 
-The body is never held in memory as it arrives: the prefix and header are read first and
-checked (format, model, token count, declared state size against the largest state this
-model's context can hold), then the state streams to a temporary file while its SHA-256
-and the server's HMAC are computed, and only a complete, verified state is read back for
-llama.cpp. At most `MAX_RESTORES` run at once; more is a 503 with Retry-After.
+The body is never held in memory: the prefix and header are read first and checked (format,
+model, token count), and the largest state that many tokens can take for this model
+(kv/seqstate.KvShape, from its layers' K and V widths at the cache's types) bounds what may
+follow, before any of it is read: a declared state or Content-Length beyond it is a 413
+naming both sizes. The state then streams to a 0600 file under a random name in the model's
+private contexts folder while its SHA-256 and the server's HMAC are computed, and llama.cpp
+loads a complete, verified state from that file (`llama_state_seq_load_file`, a layer's rows
+at a time): memory grows by a chunk, never by the state (but while the cache holds no KV at
+all, see KvManager.restore). The file goes with the request, however it ends. At most
+`MAX_RESTORES` run at once; more is a 503 with Retry-After.
 
 Trust: a snapshot signed with the server's key (kv/snapshot.py) was written by a server of
 this fleet as it is, so its header's owner and namespace hold (a shared one only for an
@@ -19,7 +24,10 @@ import asyncio
 import hashlib
 import hmac
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -27,6 +35,7 @@ from starlette.responses import Response
 from ..auth import Principal
 from ..errors import InvalidRequest, Overloaded, PayloadTooLarge, RequestTimeout
 from ..kv.pool import SHARED
+from ..kv.seqstate import FILE_HEAD, PREAMBLE, SPOOL_PREFIX, KvShape, StateFile, kv_shape
 from ..kv.snapshot import (
     PREFIX_SIZE,
     SIG_LEN,
@@ -45,9 +54,7 @@ from .http import IDLE_TIMEOUT, json_response
 from .state import MAX_RESTORES, state_of
 from .tenancy import contexts_of, enforce_quota
 
-__all__ = ["restore_context", "snapshot_key", "state_cap", "MAX_RESTORES"]
-
-_CHUNK = 1 << 20
+__all__ = ["restore_context", "snapshot_key", "state_shape", "MAX_RESTORES"]
 
 
 def snapshot_key(request: Request) -> bytes:
@@ -55,26 +62,21 @@ def snapshot_key(request: Request) -> bytes:
     return state_of(request).snapshot_key
 
 
-def state_cap(lm: LoadedModel) -> int:
-    """The largest KV state this model's context can hold, with a margin: every layer's K
-    and V at f32 for the widest of the embedding and the KV heads, for each of n_ctx cells
-    (from the GGUF's metadata; a value it lacks or gives per layer falls back wide)."""
+def state_shape(lm: LoadedModel) -> KvShape:
+    """The K and V bytes per position of this model's cache (see seqstate.kv_shape)."""
     info = lm.model.info
-
-    def meta(key: str, default: int) -> int:
-        value = lm.model.meta(f"{info.arch}.{key}")
-        return int(value) if value and value.isdigit() else default
-
-    n_head = max(1, meta("attention.head_count", 1))
-    head = max(meta("attention.key_length", 0), meta("attention.value_length", 0), info.n_embd // n_head)
-    width = max(info.n_embd, meta("attention.head_count_kv", n_head) * head)
-    per_token = meta("block_count", 256) * 2 * width * 4 + 16
-    return lm.engine.n_ctx * per_token + (1 << 20)
+    type_kv = getattr(getattr(getattr(lm.engine, "ctx", None), "config", None), "type_kv", "f32")
+    return kv_shape(lm.model.meta, info.arch, info.n_embd, type_kv)
 
 
 def header_cap(lm: LoadedModel) -> int:
     """The longest header a snapshot of this model can have (n_ctx token ids and fields)."""
     return lm.engine.n_ctx * 12 + 64 * 1024
+
+
+def _content_length(request: Request) -> int | None:
+    declared = request.headers.get("content-length")
+    return int(declared) if declared and declared.isdigit() else None
 
 
 class _Body:
@@ -139,20 +141,41 @@ async def restore_context(request: Request) -> Response:
         raise Overloaded(f"{MAX_RESTORES} restores are running; retry shortly", retry_after=2)
     async with slots:
         lm = await runtime.use(request.query_params.get("model", ""))
-        cap = state_cap(lm)
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > cap + header_cap(lm) + SIG_LEN:
-            raise PayloadTooLarge(f"a snapshot of this model is at most {cap} state bytes")
-        header, state, signed = await _receive(request, lm, cap)
-        owner, namespace = _trust(principal, header, signed, not server.keys.enabled)
-        await enforce_quota(request, contexts=1, kv_bytes=len(state))
-
-        rec = await contexts_of(request).restore(lm, header, state, owner=owner, namespace=namespace)
+        shape = state_shape(lm)
+        declared = _content_length(request)
+        most = PREFIX_SIZE + header_cap(lm) + shape.max_state(lm.engine.n_ctx) + SIG_LEN
+        if declared is not None and declared > most:
+            raise PayloadTooLarge(
+                f"the upload is {declared} bytes; a snapshot of this model is at most {most} bytes"
+            )
+        folder = lm.engine.kv.contexts.folder
+        with _spool(folder) as (spool, path):
+            header, state, signed = await _receive(request, lm, shape, declared, spool, path)
+            owner, namespace = _trust(principal, header, signed, not server.keys.enabled)
+            await enforce_quota(request, contexts=1, kv_bytes=state.size)
+            rec = await contexts_of(request).restore(lm, header, state, owner=owner, namespace=namespace)
     body = {"id": rec.id, "object": "context", "model": lm.name, "tokens": len(rec.tokens)}
     return json_response(body | {"signed": signed, "shared": namespace == SHARED})
 
 
-async def _receive(request: Request, lm: LoadedModel, cap: int) -> tuple[SnapshotHeader, bytes, bool]:
+@contextmanager
+def _spool(folder: Path) -> Iterator[tuple[BinaryIO, str]]:
+    """A new file, mode 0600 under a random name, in the model's private contexts folder
+    (0700), removed when the block ends, whichever way (a client gone mid-upload, an error,
+    a refusal); one a killed process left is removed when the folder is next opened
+    (Contexts.load_all). The engine opens it by name once and reads its own descriptor, so
+    a removal while it loads changes nothing."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(prefix=SPOOL_PREFIX, dir=folder) as named:
+        yield named.file, named.name  # type: ignore[misc]
+
+
+async def _receive(
+    request: Request, lm: LoadedModel, shape: KvShape, declared: int | None, spool: BinaryIO, path: str
+) -> tuple[SnapshotHeader, StateFile, bool]:
+    """Read the upload into `spool` (at `path`) as a StateFile, checking as it comes: the
+    header before anything else, the state's size against the most its tokens can take
+    before any of it, its checksum and signature at the end."""
     body = _Body(request)
     prefix = await body.exactly(PREFIX_SIZE, "its prefix")
     version, hlen = parse_prefix(prefix, header_cap(lm))
@@ -161,35 +184,48 @@ async def _receive(request: Request, lm: LoadedModel, cap: int) -> tuple[Snapsho
     check_model(header, lm.name, lm.sha256 or "")
     if header.marking is not None:  # kept with the context, as a created one's is
         check_size(header.marking, state_of(request).limits.max_field, "marking")
-    if len(header.tokens) >= lm.engine.n_ctx:
-        raise InvalidRequest(
-            f"the snapshot holds {len(header.tokens)} tokens; this context holds {lm.engine.n_ctx}"
-        )
-    if state_len > cap:
+    n = len(header.tokens)
+    if n >= lm.engine.n_ctx:
+        raise InvalidRequest(f"the snapshot holds {n} tokens; this context holds {lm.engine.n_ctx}")
+    bound = shape.max_state(n)
+    if state_len > bound:
         raise PayloadTooLarge(
-            f"the snapshot declares {state_len} state bytes; this model's state is at most {cap}"
+            f"the snapshot declares {state_len} state bytes for {n} tokens; "
+            f"a state of {n} tokens of this model is at most {bound} bytes"
+        )
+    tail_len = SIG_LEN if version == SIGNED_VERSION else 0
+    expected = PREFIX_SIZE + hlen + state_len + tail_len
+    if declared is not None and declared > PREFIX_SIZE + hlen + bound + tail_len:
+        raise PayloadTooLarge(
+            f"the upload is {declared} bytes; a snapshot of {n} tokens of this model is at most "
+            f"{PREFIX_SIZE + hlen + bound + tail_len} bytes"
+        )
+    if declared is not None and declared != expected:
+        raise InvalidRequest(
+            f"the upload is {declared} bytes but its header makes the snapshot {expected} bytes"
         )
     digest = hashlib.sha256()
-    with tempfile.TemporaryFile(prefix="llamay-restore-") as f:
-        got = 0
-        async for piece in body.pieces(state_len):
-            f.write(piece)
-            digest.update(piece)
-            got += len(piece)
-        if got != state_len:
-            raise InvalidRequest(f"the snapshot is truncated: {got} of {state_len} state bytes")
-        tail = await body.rest(SIG_LEN if version == SIGNED_VERSION else 0)
-        if digest.hexdigest() != state_sha:
-            raise InvalidRequest("the snapshot is corrupt: its state does not match its checksum")
-        signed = False
-        if version == SIGNED_VERSION:
-            if len(tail) != SIG_LEN or tail[: len(SIG_MAGIC)] != SIG_MAGIC:
-                raise InvalidRequest("the snapshot is corrupt: its signature block is damaged")
-            expected = signature(snapshot_key(request), prefix + raw, state_sha)
-            signed = hmac.compare_digest(tail[len(SIG_MAGIC) :], expected)
-        f.seek(0)
-        state = await asyncio.to_thread(f.read)
-    return header, state, signed
+    preamble = await body.exactly(min(PREAMBLE, state_len), "its state")
+    digest.update(preamble)
+    spool.write(FILE_HEAD)
+    got = len(preamble)
+    async for piece in body.pieces(state_len - got):
+        spool.write(piece)
+        digest.update(piece)
+        got += len(piece)
+    if got != state_len:
+        raise InvalidRequest(f"the snapshot is truncated: {got} of {state_len} state bytes")
+    tail = await body.rest(tail_len)
+    if digest.hexdigest() != state_sha:
+        raise InvalidRequest("the snapshot is corrupt: its state does not match its checksum")
+    signed = False
+    if version == SIGNED_VERSION:
+        if len(tail) != SIG_LEN or tail[: len(SIG_MAGIC)] != SIG_MAGIC:
+            raise InvalidRequest("the snapshot is corrupt: its signature block is damaged")
+        expected_sig = signature(snapshot_key(request), prefix + raw, state_sha)
+        signed = hmac.compare_digest(tail[len(SIG_MAGIC) :], expected_sig)
+    await asyncio.to_thread(spool.flush)
+    return header, StateFile(path, preamble, state_len), signed
 
 
 def _trust(

@@ -169,3 +169,14 @@ class Context:
     def set_seq_state(self, seq: int, data: bytes) -> bool:
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         return int(llama_cpp.llama_state_seq_set_data(self.ptr, buf, len(data), seq)) > 0
+
+    def load_seq_state_file(self, seq: int, path: str) -> bool:
+        """Load a state from a file in `llama_state_seq_load_file`'s format (kv.seqstate's
+        StateFile) into `seq`: llama.cpp reads it a layer's rows at a time, so the state is
+        never whole in memory. False when llama.cpp refuses it or finds no room."""
+        tokens = (llama_cpp.llama_token * 1)()
+        n_tokens = ctypes.c_size_t(0)
+        done = llama_cpp.llama_state_seq_load_file(
+            self.ptr, path.encode(), seq, tokens, 0, ctypes.byref(n_tokens)
+        )
+        return int(done) > 0

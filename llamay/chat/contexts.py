@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from ..auth import CURRENT_NAMESPACE
 from ..errors import EngineError, InvalidRequest, NotFound
 from ..kv.contexts import ContextRecord
+from ..kv.seqstate import StateFile
 from ..kv.snapshot import SnapshotHeader, check_model
 from ..types import SamplingParams
 from .pipeline import Held, NewContext, Prompt, RunSpec, start
@@ -114,16 +115,17 @@ class ContextService:
         self,
         lm: LoadedModel,
         header: SnapshotHeader,
-        state: bytes,
+        state: bytes | StateFile,
         *,
         owner: str | None | Literal["header"] = "header",
         namespace: str | None = None,
     ) -> ContextRecord:
-        """A new context on `lm` from a snapshot read with `kv.snapshot.read_snapshot`:
-        the snapshot must be of this model and fit its context. It is owned by `owner`
-        (by default the header's) in prefix-cache `namespace` (by default the current
-        request's: never SHARED unless the caller decided the snapshot is trusted). A
-        damaged state is InvalidRequest before anything in the cache gives way."""
+        """A new context on `lm` from a snapshot read with `kv.snapshot.read_snapshot` (or
+        streamed to a `StateFile` by the restore route): the snapshot must be of this model
+        and fit its context. It is owned by `owner` (by default the header's) in prefix-cache
+        `namespace` (by default the current request's: never SHARED unless the caller decided
+        the snapshot is trusted). A damaged state is InvalidRequest before anything in the
+        cache gives way."""
         check_model(header, lm.name, lm.sha256 or "")
         lm.model.check_tokens(header.tokens)
         if len(header.tokens) >= lm.engine.n_ctx:

@@ -25,6 +25,7 @@ from typing import Protocol
 
 from ..errors import Conflict, InvalidRequest, LlamayError, NotFound, Overloaded
 from .pool import SHARED, SeqPool
+from .seqstate import SPOOL_PREFIX, StateFile
 from .snapshot import SnapshotHeader, read_snapshot, write_snapshot
 from .storelock import StoreLock, write_atomic
 
@@ -36,6 +37,7 @@ log = logging.getLogger("llamay.contexts")
 class StateOps(Protocol):
     def seq_state(self, seq: int) -> bytes: ...
     def set_seq_state(self, seq: int, data: bytes) -> bool: ...
+    def load_seq_state_file(self, seq: int, path: str) -> bool: ...
     def seq_pos_max(self, seq: int) -> int: ...
 
 
@@ -204,29 +206,52 @@ class Contexts:
             _, state = read_snapshot(Path(rec.spill).read_bytes())
         return write_snapshot(self._header(rec), state, key)
 
-    def _load_state(self, seq: int, state: bytes) -> bool:
+    def _load_state(self, seq: int, state: bytes | StateFile) -> bool:
         """Load state into `seq`, making room first if needed: llama.cpp wants one free run
-        of cells as long as the state, so cached prefixes, then idle contexts, give way."""
-        while not self.state.set_seq_state(seq, state):
+        of cells as long as the state, so cached prefixes, then idle contexts, give way. A
+        StateFile is read by llama.cpp from disk, a layer's rows at a time."""
+        while not self._set(seq, state):
             if not (self.pool.evict_one() or self.spill_lru()):
                 return False
         return True
 
+    def _set(self, seq: int, state: bytes | StateFile) -> bool:
+        if isinstance(state, StateFile):
+            return self.state.load_seq_state_file(seq, state.path)
+        return self.state.set_seq_state(seq, state)
+
     def restore(
         self,
         header: SnapshotHeader,
-        state: bytes,
+        state: bytes | StateFile,
         acquire: Callable[[], int | None],
         *,
         owner: str | None,
         namespace: str,
-        check_state: Callable[[bytes], int] | None = None,
+        check_state: Callable[[bytes | StateFile], int] | None = None,
     ) -> ContextRecord:
         """A new context from a snapshot, owned by `owner` in `namespace` (the caller
         decides what a snapshot is trusted with). `check_state` (the state's cell count, or
         InvalidRequest) runs first, so a state llama.cpp would reject never makes cached
         prefixes or idle contexts give way: only a well-formed one that finds no free run of
-        cells does, and if it still finds none, that is Overloaded (503)."""
+        cells does, and if it still finds none, that is Overloaded (503). A StateFile is
+        held open from the check to the load."""
+        if isinstance(state, StateFile):
+            if check_state is None:
+                raise ValueError("a StateFile is loaded only after check_state (see seqstate.StateFile)")
+            with state.held() as held:
+                return self._restore(header, held, acquire, owner, namespace, check_state)
+        return self._restore(header, state, acquire, owner, namespace, check_state)
+
+    def _restore(
+        self,
+        header: SnapshotHeader,
+        state: bytes | StateFile,
+        acquire: Callable[[], int | None],
+        owner: str | None,
+        namespace: str,
+        check_state: Callable[[bytes | StateFile], int] | None,
+    ) -> ContextRecord:
         if check_state is not None:
             n_cells = check_state(state)
             if n_cells > len(header.tokens):
@@ -261,7 +286,10 @@ class Contexts:
 
     def load_all(self) -> int:
         """Read the index (records whose file is gone or unreadable are skipped, with a
-        log line), then recover spill files it does not name. Deletes nothing."""
+        log line), then recover spill files it does not name. Deletes nothing but the
+        half-received uploads of a process that was killed (this one owns the folder now)."""
+        for upload in self.folder.glob(f"{SPOOL_PREFIX}*"):
+            upload.unlink(missing_ok=True)
         path = self.folder / "index.json"
         items: list[object] = []
         if path.is_file():

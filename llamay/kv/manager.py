@@ -21,7 +21,7 @@ from typing import Protocol
 from ..errors import InvalidRequest
 from .contexts import ContextRecord, Contexts
 from .pool import SeqPool
-from .seqstate import Layout, parse_state
+from .seqstate import Layout, StateFile, parse_state
 from .snapshot import SnapshotHeader
 
 __all__ = ["KvBackend", "KvManager", "KvUsage", "SessionLike", "Settled"]
@@ -46,6 +46,7 @@ class KvBackend(Protocol):
     def seq_pos_max(self, seq: int) -> int: ...
     def seq_state(self, seq: int) -> bytes: ...
     def set_seq_state(self, seq: int, data: bytes) -> bool: ...
+    def load_seq_state_file(self, seq: int, path: str) -> bool: ...
 
 
 class SessionLike(Protocol):
@@ -297,20 +298,29 @@ class KvManager:
     def restore(
         self,
         header: SnapshotHeader,
-        state: bytes,
+        state: bytes | StateFile,
         *,
         owner: str | None = None,
         namespace: str = "",
-        check_state: Callable[[bytes], int] | None = None,
+        check_state: Callable[[bytes | StateFile], int] | None = None,
     ) -> ContextRecord:
-        """A new context from a snapshot's header and state bytes (the caller checked the
-        model and decided its owner and namespace): InvalidRequest when `check_state`
-        refuses the state, Overloaded when no id or KV room can be made for it."""
+        """A new context from a snapshot's header and state (its bytes, or a StateFile that
+        llama.cpp reads from disk; the caller checked the model and decided its owner and
+        namespace): InvalidRequest when `check_state` refuses the state, Overloaded when no
+        id or KV room can be made for it.
+
+        llama.cpp reads a state file trusting its structure, and aborts the process when the
+        file ends before it: so a file goes to it only once this cache's own states are known
+        to parse as `parse_state` reads them (their layout learned). Before that (a cache that
+        holds no KV at all) the state is read into memory and handed over as bytes, which
+        llama.cpp reads with bounds checks."""
+        if isinstance(state, StateFile) and self._own_layout() is None:
+            state = state.read()
         return self.contexts.restore(
             header, state, self.acquire, owner=owner, namespace=namespace, check_state=check_state
         )
 
-    def check_state(self, state: bytes) -> int:
+    def check_state(self, state: bytes | StateFile) -> int:
         """The cells a state to be restored holds; InvalidRequest unless it is well formed
         and laid out like this cache's own states. The layout is learned from a state the
         cache holds; while it holds none there is nothing a bad state could push out, and

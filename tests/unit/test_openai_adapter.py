@@ -3,14 +3,12 @@ logprobs as the spec requires them, and the last chunk of a streamed choice."""
 
 from __future__ import annotations
 
-from llamay.api.openai.adapter import (
+from llamay.api.openai.adapter import chat_chunk, chat_response, finish_chunk
+from llamay.api.openai.completions_render import (
     Echo,
-    chat_chunk,
-    chat_response,
     completion_chunk,
     completion_logprobs_json,
     completion_usage_json,
-    finish_chunk,
 )
 from llamay.types import FinishEvent, PromptLogprob, TokenEvent, TopLogprob, Usage
 

@@ -9,7 +9,8 @@ from typing import Any, cast
 
 from llamay.api.anthropic.adapter import MessageRenderer
 from llamay.api.ollama.reply import OllamaRenderer
-from llamay.api.openai.adapter import ChatRenderer, CompletionRenderer, Echo
+from llamay.api.openai.adapter import ChatRenderer
+from llamay.api.openai.completions_render import CompletionRenderer, Echo
 from llamay.chat.flow import Piece
 from llamay.chat.pipeline import Choice, Delta, Done
 from llamay.types import FinishEvent, TokenEvent, Usage

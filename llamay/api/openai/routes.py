@@ -18,8 +18,8 @@ from ..embeddings import find_encoder, served_encoders
 from ..http import json_response, read_json, respond
 from ..state import state_of
 from . import adapter
-from .adapter import CompletionRenderer
 from .chat import chat_completions, submit
+from .completions_render import CompletionRenderer, Echo
 from .schemas import CompletionRequest, parse_completion
 
 __all__ = ["openai_routes", "completion_job"]
@@ -63,7 +63,7 @@ async def completions(request: Request) -> Response:
     gen = await submit(request, ready, common.session)
     model = ready.lm.model
     echoes = [
-        adapter.Echo(
+        Echo(
             model.detokenize(p.tokens) if req.echo else "", model.piece(p.tokens[0]) if score else b""
         )
         for p in gen.prompts
