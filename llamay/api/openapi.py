@@ -21,7 +21,8 @@ from ..redact import DETECTORS, STYLES
 from ..types import MAX_BREAKERS
 from .authn import ADMIN_PATHS, OPEN_PATHS, OPEN_PREFIXES
 from .http import MAX_BODY, json_response
-from .openai.responses_schema import EFFORTS, MAX_INPUT_ITEMS, SUMMARIES
+from .openai.responses_schema import EFFORTS, INCLUDES, MAX_INPUT_ITEMS, MAX_TOP_LOGPROBS, SUMMARIES
+from .openai.responses_search import MAX_RESULTS
 from .openai.schemas import LLAMA_SAMPLING, MAX_N, MAX_STOP, UNSUPPORTED_SAMPLING
 from .redact import MAX_TEXT, MODEL_TYPES
 
@@ -129,15 +130,24 @@ COMPLETION = fields("echo:bool logprobs:int[0,5] max_tokens:int[0,] max_completi
                     allOf=[ONE_FORMAT, SESSION_ALONE, *SCORED_ALONE])
 CONTEXT = fields("model:str marking:str", oneOf=[{"required": ["messages"]}, {"required": ["prompt"]}])
 CONTEXT["properties"] |= {"prompt": TEXT, "messages": arr(CHAT_MESSAGE, minItems=1)}  # neither may be null
-# The Responses API: function tools only; a field the server cannot honour is refused.
+# The Responses API: function tools and file_search; a field the server cannot honour is refused.
 R_PART = exact("text!:str", {"type!": enum("input_text", "output_text")})
 R_ITEMS = [fields("id:str status:str", {"type": enum("message"), "role!": enum("user", "assistant", "system", "developer"),
                                          "content!": anyof(STR, arr(R_PART))}),
            fields("id:str status:str call_id!:str name!:str arguments!:str", {"type!": enum("function_call")}),
            fields("id:str status:str call_id!:str output!:str", {"type!": enum("function_call_output")}),
-           fields("id:str", {"type!": enum("reasoning"), "summary": arr(OBJ), "content": arr(OBJ)})]
-R_TOOL = exact("", {"type!": enum("function"), "name!": NAME, "description": anyof(STR, NULL),
-                    "parameters": anyof(OBJ, NULL), "strict": anyof(BOOL, NULL)})
+           fields("id:str", {"type!": enum("reasoning"), "summary": arr(OBJ), "content": arr(OBJ)}),
+           fields("id:str status:str", {"type!": enum("file_search_call"), "queries": arr(STR),
+                                         "results": arr(fields("file_id:str filename:str score:num text:str attributes:obj"))}),
+           exact("id!:str", {"type!": enum("item_reference")})]
+R_TOOL = anyof(exact("", {"type!": enum("function"), "name!": NAME, "description": anyof(STR, NULL),
+                          "parameters": anyof(OBJ, NULL), "strict": anyof(BOOL, NULL)}),
+               fields(f"max_num_results:int[1,{MAX_RESULTS}]",
+                      {"type!": enum("file_search"), "vector_store_ids!": arr(TEXT, minItems=1),
+                       "ranking_options": fields("score_threshold:num[0,1]", {"ranker": enum("auto")}, additionalProperties=False),
+                       "filters": NULL}, additionalProperties=False,
+                      description="searches the server's -index; its vector store id is the index file's name "
+                                  "without the extension"))
 R_FORMAT = anyof(fields("", {"type!": enum("text", "json_object")}),
                  fields("name!:str description:str strict:bool", {"type!": enum("json_schema"), "schema!": anyof(OBJ, BOOL)}))
 RESPONSES = fields(
@@ -145,13 +155,14 @@ RESPONSES = fields(
     "top_p:num[0,1] store:bool previous_response_id:str user:str safety_identifier:str prompt_cache_key:str "
     "prompt_cache_retention:str service_tier:str seed:int",
     {"input": anyof(STR, arr(anyof(*R_ITEMS), maxItems=MAX_INPUT_ITEMS)), "tools": arr(R_TOOL, maxItems=128),
-     "tool_choice": anyof(enum("auto", "none", "required"), exact("name!:str", {"type!": enum("function")})),
+     "tool_choice": anyof(enum("auto", "none", "required"), exact("name!:str", {"type!": enum("function")}),
+                          exact("", {"type!": enum("file_search")})),
      "text": fields("", {"format": R_FORMAT, "verbosity": enum("low", "medium", "high")}),
      "reasoning": fields("", {"effort": enum(*EFFORTS), "summary": enum(*SUMMARIES), "generate_summary": enum(*SUMMARIES)}),
      "metadata": {"type": "object", "maxProperties": 16, "propertyNames": {"maxLength": 64},
                   "additionalProperties": {"type": "string", "maxLength": 512}},
-     "stream_options": OBJ, "background": {"const": False}, "include": arr(STR, maxItems=0),
-     "truncation": enum("disabled"), "top_logprobs": {"const": 0}, **JSON_STYLE},
+     "stream_options": OBJ, "background": {"const": False}, "include": arr(enum(*sorted(INCLUDES))),
+     "truncation": enum("disabled", "auto"), "top_logprobs": scalar("int", "0", str(MAX_TOP_LOGPROBS)), **JSON_STYLE},
     additionalProperties=False)
 
 # -- Anthropic ------------------------------------------------------------------------------

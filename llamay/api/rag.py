@@ -2,11 +2,12 @@
 
 Body: ``query`` (string, required), ``top_k`` (1..100, default 5), ``min_score`` (drop passages
 scoring less).  Answer: ``{"object": "list", "data": [{"text", "source", "start", "end",
-"score"}], "method": "hybrid" | "hybrid+rerank"}``, best first.  ``source`` is the file's path
+"score"}], "method": "hybrid" | "hybrid+rerank", "index": ID}``, best first.  ``source`` is the file's path
 under the indexed folder and [start, end) the byte range of that file the passage came from
 (for text and Markdown, exactly the passage text).  ``score`` is the reciprocal-rank-fusion
 score of the vector and keyword rankings, or the reranker's relevance score when the server
-holds a reranker (see `llamay.rag.retrieve`).
+holds a reranker (see `llamay.rag.retrieve`).  ``index`` is the index's id (`index_id`), the
+vector store id the Responses API's `file_search` tool names it by.
 
 Only passages the caller may read take part: its key's groups against each document's access
 label (admins read everything; without keys the local user is an admin).  The index is
@@ -21,13 +22,20 @@ from starlette.routing import Route
 
 from ..errors import NotFound
 from ..rag.access import reader_of
+from ..rag.index import Index
 from ..rag.retrieve import MAX_TOP_K, retrieve
 from .authn import principal_of
 from .fields import Fields
 from .http import json_response, read_json, until_disconnect
 from .state import state_of
 
-__all__ = ["rag_routes"]
+__all__ = ["index_id", "rag_routes"]
+
+
+def index_id(index: Index) -> str:
+    """The id the server's index answers to (as a vector store, to `file_search`): its file's
+    name without the extension (``-index docs.sqlite``: "docs")."""
+    return index.path.stem
 
 
 async def retrieve_route(request: Request) -> Response:
@@ -51,7 +59,7 @@ async def retrieve_route(request: Request) -> Response:
             min_score=min_score,
         ),
     )
-    return json_response(found.as_json())
+    return json_response({**found.as_json(), "index": index_id(index)})
 
 
 def rag_routes() -> list[Route]:

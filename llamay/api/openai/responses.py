@@ -8,13 +8,15 @@ any other branch; the fork, holding the new prompt and reply, becomes the new re
 context. A first turn keeps its prompt and reply as a new context. When the conversation
 no longer extends what the context holds (a template that rewrites past turns, or
 `truncation: "auto"` dropping the oldest items), the turn runs without it. `store: false`
-keeps nothing. `item_reference` inputs name items of the caller's own stored responses."""
+keeps nothing. `item_reference` inputs name items of the caller's own stored responses.
+A `file_search` tool searches the server's index before the model runs
+(responses_search.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from starlette.requests import Request
@@ -33,6 +35,7 @@ from ..state import state_of
 from ..tenancy import contexts_of, enforce_quota, owner_check, single_user
 from .responses_render import ResponseBuilder, ResponseRenderer, base_json
 from .responses_schema import ResponsesRequest, conversation_messages, item_id, parse_responses
+from .responses_search import call_item, query_of, result_json, search, search_point
 from .responses_store import ResponseStore, StoredResponse, page, stored_size
 
 __all__ = ["responses_routes", "store_of"]
@@ -57,6 +60,7 @@ class Turn:
     fork: str | None = None  # the previous response's context, forked for this turn
     keep: bool = True  # keep a context for the response (stored, and within the caller's quota)
     settled: bool = False
+    passages: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # file searches', kept
 
     @property
     def store(self) -> ResponseStore:
@@ -74,9 +78,10 @@ class Turn:
             context = None
         if self.req.store:
             owner = principal_of(self.request).owner_tag(single_user(self.request))
-            size = await asyncio.to_thread(stored_size, self.items, response)
+            size = await asyncio.to_thread(stored_size, self.items, response, self.passages)
             rec = StoredResponse(response["id"], owner, self.lm.name, response, self.items,
-                                 context if isinstance(context, str) else None, size)  # fmt: skip
+                                 context if isinstance(context, str) else None, size,
+                                 passages=self.passages)  # fmt: skip
             await self.store.put(rec)
 
     def abandon(self) -> None:
@@ -107,10 +112,16 @@ def _messages(req: ResponsesRequest, items: list[dict[str, Any]]) -> list[dict[s
     return messages + conversation_messages(items)
 
 
-def resolve(items: list[dict[str, Any]], store: ResponseStore, owner: str | None) -> list[dict[str, Any]]:
+def resolve(
+    items: list[dict[str, Any]],
+    store: ResponseStore,
+    owner: str | None,
+    passages: dict[str, list[dict[str, Any]]] | None = None,
+) -> list[dict[str, Any]]:
     """`items` with each `item_reference` replaced by the item it names, an input or
     output item of one of the caller's own stored responses (404 naming the reference
-    when there is none)."""
+    when there is none). A file_search_call so named brings the passages its search found
+    into `passages`."""
     out = []
     for item in items:
         if item["type"] != "item_reference":
@@ -120,6 +131,9 @@ def resolve(items: list[dict[str, Any]], store: ResponseStore, owner: str | None
         if found is None:
             where = f"{item['param']}.id"
             raise NotFound(f"'{where}': no item '{item['id']}' in your stored responses", param=where)
+        found_passages = store.passages(owner, item["id"]) if found["type"] == "file_search_call" else None
+        if found_passages is not None and passages is not None:
+            passages[item["id"]] = found_passages
         out.append(found)
     return out
 
@@ -161,20 +175,24 @@ async def create_response(request: Request) -> Response:
     if req.previous_response_id is not None:
         prev = store.get(req.previous_response_id, principal_of(request), param="previous_response_id")
     owner = principal_of(request).owner_tag(single_user(request))
-    req = replace(req, items=resolve(req.items, store, owner))
+    passages = dict(prev.passages) if prev is not None else {}
+    req = replace(req, items=resolve(req.items, store, owner, passages))
     # The conversation: earlier turns' input and output items, then this input.
     items = (prev.items + prev.body["output"] if prev is not None else []) + req.items
     if req.store:  # refused now rather than generated and then not kept
         store.check_size(await asyncio.to_thread(stored_size, items, {}))
     if not _messages(req, items):
         raise InvalidRequest("'input' must hold at least one item", param="input")
+    found, prompt_items = await _search(request, req, items, passages)
     try:
         model = req.model or (prev.model if prev is not None else "")
-        ready = await prepare(state_of(request).runtime, await _fitting(request, req, model, items))
+        ready = await prepare(state_of(request).runtime, await _fitting(request, req, model, prompt_items))
         req = replace(req, sampling=ready.knobs.sampling)  # as it runs, for the response object
         builder = ResponseBuilder(base_json(item_id("resp"), req.model or ready.lm.name, req),
                                   summary=req.summary is not None, logprobs=req.logprobs)  # fmt: skip
-        turn = Turn(request, req, ready.lm, builder, items)
+        if found is not None:
+            builder.add_search(found)
+        turn = Turn(request, req, ready.lm, builder, items, passages=passages)
         previous = prev.context_id if prev is not None and prev.model == ready.lm.name else None
         await _start(turn, ready, previous)
     except LlamayError as exc:
@@ -188,6 +206,31 @@ async def create_response(request: Request) -> Response:
         await turn.finished(renderer.response, choice)
 
     return await respond(request, turn.gen, renderer, settle=settle, cleanup=turn.abandon)
+
+
+async def _search(
+    request: Request, req: ResponsesRequest, items: list[dict[str, Any]], passages: dict[str, list[dict[str, Any]]]
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """Run the turn's file search, if it has one to run: (its output item, or None; the
+    conversation as the prompt shows it). The prompt's conversation holds the new search
+    after the user message it searched for, and every search of earlier turns with the
+    passages it found (`passages`, by item id, to which the new search is added)."""
+    found = None
+    at = search_point(items) if req.searching else None
+    if at is not None:
+        assert req.file_search is not None
+        query = query_of(items[at])
+        results = [result_json(h) for h in await search(request, req.file_search, query)]
+        iid = item_id("fs")
+        passages[iid] = results
+        found = call_item(iid, query, results if "file_search_call.results" in req.include else None)
+        items = [*items[: at + 1], call_item(iid, query, results), *items[at + 1 :]]
+    if passages:
+        items = [
+            {**it, "results": passages[it["id"]]} if it["type"] == "file_search_call" and it["id"] in passages else it
+            for it in items
+        ]
+    return found, items
 
 
 async def _start(turn: Turn, ready: Prepared, previous: str | None) -> None:

@@ -2,7 +2,9 @@
 the stream's events, built from the chat pipeline's pieces. No I/O: the same builder serves
 a streamed and a whole response, so what a stream ends with is what GET returns.
 
-Output items follow the order the model produced them: a `reasoning` item (its text as a
+Output items: a `file_search_call` item first when the turn searched the index (the search
+is done before the model runs; its events come right after `response.in_progress`), then
+the items in the order the model produced them: a `reasoning` item (its text as a
 `summary_text` when the request asked for a summary, else as `reasoning_text` content), a
 `message` with one `output_text` part, `function_call` items. Content that is only
 whitespace between items (a newline before a tool call) opens no message."""
@@ -93,6 +95,12 @@ class ResponseBuilder:
         self._open: J | None = None
         self._text = ""
         self._ws = ""  # whitespace-only content not yet in a message
+        self._searches: list[J] = []  # file_search_call items `start` puts first
+
+    def add_search(self, item: J) -> None:
+        """A finished `file_search_call` item (as the response shows it), the first output
+        item; its events are `start`'s."""
+        self._searches.append(item)
 
     # -- events ------------------------------------------------------------------------------
     def _ev(self, kind: str, **fields: Any) -> J:
@@ -104,8 +112,19 @@ class ResponseBuilder:
         return {**self.base, "status": status, "output": [dict(i) for i in self.output]}
 
     def start(self) -> list[J]:
-        return [self._ev("response.created", response=self.snapshot()),
-                self._ev("response.in_progress", response=self.snapshot())]  # fmt: skip
+        out = [self._ev("response.created", response=self.snapshot()),
+               self._ev("response.in_progress", response=self.snapshot())]  # fmt: skip
+        for item in self._searches:
+            self.output.append(item)
+            at = len(self.output) - 1
+            where = {"output_index": at, "item_id": item["id"]}
+            added = {**item, "status": "in_progress", "results": None}
+            out.append(self._ev("response.output_item.added", output_index=at, item=added))
+            for phase in ("in_progress", "searching", "completed"):
+                out.append(self._ev(f"response.file_search_call.{phase}", **where))
+            out.append(self._ev("response.output_item.done", output_index=at, item=dict(item)))
+        self._searches = []
+        return out
 
     def push(self, pieces: list[Piece], *, token: bool = True, event: TokenEvent | None = None) -> list[J]:
         """The events of one step's pieces; `token`: the step is one generated token (for
@@ -270,7 +289,8 @@ class ResponseRenderer:
         self.response: J | None = None
 
     def start(self, gen: Generation) -> Sequence[bytes]:
-        return [sse_event(e) for e in self.builder.start()] if self.streaming else ()
+        events = self.builder.start()  # whole or streamed: it places the search items
+        return [sse_event(e) for e in events] if self.streaming else ()
 
     def delta(self, step: Delta) -> Sequence[bytes]:
         events = self.builder.push(step.pieces, event=step.token)

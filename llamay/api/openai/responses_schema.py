@@ -1,6 +1,7 @@
 """POST /v1/responses bodies parsed into a typed record. Every bad field is a 400 naming
-it; a field this server cannot honour (hosted tools, background runs, conversations) is
-refused rather than ignored, because ignoring it would change what the caller gets.
+it; a field this server cannot honour (hosted tools other than `file_search`, background
+runs, conversations) is refused rather than ignored, because ignoring it would change what
+the caller gets.
 
 Input items become two things: chat messages for the model's template, and the items as
 the Responses API lists them (`GET /v1/responses/{id}/input_items`), each with an id."""
@@ -19,6 +20,7 @@ from ...grammar import Grammar
 from ...types import SamplingParams
 from ..fields import Fields
 from ..jsonformat import json_object, json_style, schema_grammar
+from .responses_search import FileSearch, parse_call_item, parse_file_search, render_results
 
 __all__ = [
     "ResponsesRequest",
@@ -47,8 +49,7 @@ INCLUDES = {
     # reasoning is not encrypted here: reasoning items carry their text, and come back as
     # input as they are, so there is nothing more to include
     "reasoning.encrypted_content",
-    # no file_search_call items are made here (hosted tools are refused), so there are no
-    # results to leave out or put in
+    # the passages a `file_search` tool found, on its file_search_call item (else null)
     "file_search_call.results",
 }
 TRUNCATIONS = ("disabled", "auto")
@@ -94,6 +95,12 @@ class ResponsesRequest:
     previous_response_id: str | None = None
     include: frozenset[str] = frozenset()
     truncation: str = "disabled"  # "auto": the oldest input items make way for the context
+    file_search: FileSearch | None = None
+
+    @property
+    def searching(self) -> bool:
+        """Whether the turn may search the index (a `file_search` tool, tool_choice not "none")."""
+        return self.file_search is not None and self.tool_choice_json != "none"
 
     @property
     def logprobs(self) -> bool:
@@ -146,8 +153,8 @@ def parse_responses(body: Any) -> ResponsesRequest:
         include |= {"message.output_text.logprobs"}
     items = _input(f.raw("input"))
     instructions = f.text("instructions")
-    tools, tools_json = _tools(f.raw("tools"))
-    choice, choice_json = _tool_choice(f.raw("tool_choice"), tools)
+    tools, tools_json, file_search = _tools(f.raw("tools"))
+    choice, choice_json = _tool_choice(f.raw("tool_choice"), tools, file_search is not None)
     grammar, text_json = _text(f)
     effort, summary = _reasoning(f)
     if grammar is not None and tools and choice.mode != "none":
@@ -190,6 +197,7 @@ def parse_responses(body: Any) -> ResponsesRequest:
         previous_response_id=previous,
         include=include,
         truncation=truncation,
+        file_search=file_search,
     )
 
 
@@ -229,13 +237,15 @@ def _input(raw: Any) -> list[dict[str, Any]]:
             items.append(_call_output(f))
         elif kind == "reasoning":
             items.append(_reasoning_item(f))
+        elif kind == "file_search_call":
+            items.append(parse_call_item(f, item_id("fs")))
         elif kind == "item_reference":
             # resolved against the caller's stored responses by the route (`resolve`)
             items.append({"type": "item_reference", "id": f.text("id", required=True), "param": f.prefix})
         else:
             raise InvalidRequest(
                 f"'input[{i}].type' {kind!r} is not supported (message, function_call, "
-                "function_call_output, reasoning and item_reference are)",
+                "function_call_output, reasoning, file_search_call and item_reference are)",
                 param=f"input[{i}].type",
             )
     return items
@@ -245,7 +255,8 @@ def conversation_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Checked input items (and output items, which have the same shapes) as chat
     messages for the model's template. Calls that follow one another, or an assistant
     message, are one assistant turn; reasoning items are left out, as templates leave out
-    past reasoning."""
+    past reasoning. A file_search_call item's results join the user message before it
+    (`render_results`); one without results adds nothing."""
     messages: list[dict[str, Any]] = []
     for item in items:
         kind = item["type"]
@@ -265,6 +276,8 @@ def conversation_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
             messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]})
+        elif kind == "file_search_call" and item.get("results") is not None:
+            render_results(messages, item["results"])
     return messages
 
 
@@ -337,20 +350,30 @@ def _reasoning_item(f: Fields) -> dict[str, Any]:
 
 
 # -- tools, text, reasoning --------------------------------------------------------------------
-def _tools(raw: Any) -> tuple[list[ToolSpec], list[dict[str, Any]]]:
+def _tools(raw: Any) -> tuple[list[ToolSpec], list[dict[str, Any]], FileSearch | None]:
+    """The function tools (as chat's), every tool as the response echoes it, and the
+    `file_search` tool if one is given (at most one)."""
     if raw is None:
-        return [], []
+        return [], [], None
     if not isinstance(raw, list):
         raise InvalidRequest("'tools' must be an array of tool objects", param="tools")
     if len(raw) > MAX_TOOLS:  # before any work per tool
         raise InvalidRequest(f"'tools' may hold at most {MAX_TOOLS} tools", param="tools")
     chat_shaped, echoed = [], []
+    search: FileSearch | None = None
     for i, tool in enumerate(raw):
         tf = Fields(tool, f"tools[{i}]")
         kind = tf.text("type", required=True)
+        if kind == "file_search":
+            if search is not None:
+                raise InvalidRequest(f"'tools[{i}]': only one file_search tool may be given", param=f"tools[{i}]")
+            search = parse_file_search(tf)
+            echoed.append(search.echoed)
+            continue
         if kind != "function":
             raise InvalidRequest(
-                f"'tools[{i}].type' {kind!r} is not supported: this server runs function tools only",
+                f"'tools[{i}].type' {kind!r} is not supported: this server runs function tools and "
+                "file_search only",
                 param=f"tools[{i}].type",
             )
         fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
@@ -358,22 +381,29 @@ def _tools(raw: Any) -> tuple[list[ToolSpec], list[dict[str, Any]]]:
         echoed.append({"type": "function", "name": fn.get("name"), "description": fn.get("description"),
                        "parameters": fn.get("parameters"), "strict": fn.get("strict", True)})  # fmt: skip
     try:
-        return parse_tools(chat_shaped), echoed
+        return parse_tools(chat_shaped), echoed, search
     except LlamayError as exc:  # name the field as this API spells it (no "function" level)
         exc.message = exc.message.replace(".function.", ".")
         exc.param = exc.param.replace(".function.", ".") if exc.param else exc.param
         raise
 
 
-def _tool_choice(raw: Any, tools: list[ToolSpec]) -> tuple[ToolChoice, Any]:
+def _tool_choice(raw: Any, tools: list[ToolSpec], search: bool) -> tuple[ToolChoice, Any]:
+    """The choice among function tools, and the choice as the response echoes it. With a
+    file_search tool the search is the call that "required" or {"type": "file_search"}
+    asks for (it runs before the model answers): the model then chooses among the
+    function tools freely, if there are any."""
+    if search and (raw == "required" or (isinstance(raw, Mapping) and raw.get("type") == "file_search")):
+        echo = raw if raw == "required" else {"type": "file_search"}
+        return parse_tool_choice("auto" if tools else "none", tools), echo
     if raw is None or isinstance(raw, str):
         return parse_tool_choice(raw, tools), raw if raw is not None else "auto"
     f = Fields(raw, "tool_choice")
     kind = f.text("type", required=True)
     if kind != "function":
         raise InvalidRequest(
-            f'\'tool_choice.type\' {kind!r} is not supported ("auto", "none", "required" or '
-            '{"type": "function", "name": ...})',
+            f'\'tool_choice.type\' {kind!r} is not supported ("auto", "none", "required", '
+            '{"type": "function", "name": ...} or, with a file_search tool, {"type": "file_search"})',
             param="tool_choice.type",
         )
     name = f.text("name", required=True)

@@ -18,7 +18,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...auth import Principal
@@ -40,7 +40,10 @@ class StoredResponse:
     """`items`: the conversation this response answered (earlier turns' input and output
     items, then its own input), as input_items lists them. `context_id`: the context
     holding this response's prompt and reply (None when none could be kept). `size`: its
-    bytes as `stored_size` counts them; `stored_at`: when it was stored (the store's clock)."""
+    bytes as `stored_size` counts them; `stored_at`: when it was stored (the store's clock).
+    `passages`: the results of the file searches in its conversation and output, by
+    file_search_call item id, whether or not the items show them (a later turn's prompt
+    holds them again)."""
 
     id: str
     owner: str | None
@@ -50,13 +53,16 @@ class StoredResponse:
     context_id: str | None
     size: int = 0
     stored_at: float = 0.0
+    passages: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
-def stored_size(items: list[dict[str, Any]], body: dict[str, Any]) -> int:
-    """What a record keeps, in bytes: its conversation and response as compact JSON. (Items
+def stored_size(
+    items: list[dict[str, Any]], body: dict[str, Any], passages: dict[str, Any] | None = None
+) -> int:
+    """What a record keeps, in bytes: its conversation, response and passages as compact JSON. (Items
     shared with an earlier turn's record are counted in each: an upper bound.) CPU work on
     long conversations: call it off the event loop."""
-    return len(json.dumps([items, body], ensure_ascii=False, separators=(",", ":")).encode())
+    return len(json.dumps([items, body, passages or {}], ensure_ascii=False, separators=(",", ":")).encode())
 
 
 def _items_of(rec: StoredResponse) -> list[dict[str, Any]]:
@@ -118,6 +124,13 @@ class ResponseStore:
         self._expire()
         found = self._items.get((owner, iid))
         return found[1] if found is not None else None
+
+    def passages(self, owner: str | None, iid: str) -> list[dict[str, Any]] | None:
+        """The passages the file search `iid` (an item of one of `owner`'s stored responses,
+        as `item` finds it) found, or None."""
+        found = self._items.get((owner, iid))
+        rec = self._records.get(found[0]) if found is not None else None
+        return rec.passages.get(iid) if rec is not None else None
 
     def check_size(self, size: int) -> None:
         """InvalidRequest when a conversation of `size` bytes could never be stored for one
