@@ -251,7 +251,7 @@ async def respond(
     it, and the generation with it), or whole once the generation ends (cancelled if the
     client disconnects first). `settle` and `cleanup` as for the pipeline's `Frames`."""
     # Imported here: the rest of this module serves routes that never load the engine.
-    from ..chat.driver import Frames, answer
+    from ..chat.pipeline import Frames, answer
 
     if renderer.streaming:
         return stream_response(Frames(gen, renderer, settle=settle, cleanup=cleanup), renderer.media_type)

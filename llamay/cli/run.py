@@ -171,9 +171,8 @@ class _Printed:
 async def _generate(args: argparse.Namespace, runtime: Any, constrained: tuple[str, Any] | None) -> None:
     """One generation through the chat pipeline, printed as it streams. The options are
     the command's own: the model's defaults apply to none of them."""
-    from ..chat.driver import Frames
     from ..chat.flow import ChatOptions
-    from ..chat.pipeline import run
+    from ..chat.pipeline import Frames, run
     from ..chat.prepare import ChatInput, Input, Job, Knobs, ModelRef, TextInput, prepare
     from ..types import DEFAULTABLE
 

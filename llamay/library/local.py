@@ -16,16 +16,17 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..chat.contexts import ContextService
-from ..chat.driver import Frames, answer
 from ..chat.flow import ChatOptions, Piece
 from ..chat.pipeline import (
     Choice,
     Delta,
     Done,
+    Frames,
     Generation,
     Prepared,
     Prompt,
     RunSpec,
+    answer,
     run,
     run_spec,
     start,

@@ -17,9 +17,8 @@ from llamay.api.ollama.reply import OllamaRenderer
 from llamay.api.openai.adapter import ChatRenderer
 from llamay.api.openai.responses_render import ResponseBuilder, ResponseRenderer, base_json
 from llamay.api.openai.responses_schema import parse_responses
-from llamay.chat.driver import Frames, answer
 from llamay.chat.flow import Piece
-from llamay.chat.pipeline import Delta
+from llamay.chat.pipeline import Delta, Frames, answer
 from llamay.errors import EngineError, LlamayError
 
 

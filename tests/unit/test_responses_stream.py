@@ -15,9 +15,8 @@ from openai.types.responses import ResponseStreamEvent
 from llamay.api.openai.responses import Turn
 from llamay.api.openai.responses_render import ResponseBuilder, ResponseRenderer, base_json
 from llamay.api.openai.responses_schema import parse_responses
-from llamay.chat.driver import Frames
 from llamay.chat.flow import Piece
-from llamay.chat.pipeline import Delta
+from llamay.chat.pipeline import Delta, Frames
 from llamay.errors import EngineError
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
