@@ -28,6 +28,7 @@ import gzip
 import json
 import os
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -167,10 +168,24 @@ def sample_schemas(k: int, seed: int = 29) -> list[tuple[str, dict[str, Any]]]:
             jsonschema.validators.validator_for(schema).check_schema(schema)
         except Exception:  # a schema the validator cannot judge answers cannot be judged either
             continue
+        if _remote_refs(schema):  # answers could not be judged offline against what it names
+            continue
         out.append((source, schema))
         if len(out) == k:
             break
     return out
+
+
+def _remote_refs(node: Any) -> bool:
+    """Whether `node` has a `$ref` outside itself (another document, fetched by URL)."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and not ref.startswith("#"):
+            return True
+        return any(_remote_refs(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_remote_refs(v) for v in node)
+    return False
 
 
 def validates(schema: dict[str, Any], value: Any) -> bool:
@@ -248,9 +263,15 @@ async def main_async(args: argparse.Namespace, url: str, budget: int) -> dict[st
     async with httpx.AsyncClient(base_url=url, timeout=3600) as client:
         out: dict[str, Any] = {}
         t0 = time.perf_counter()
-        out["free"] = await free(client, args.model, args.prompts, budget, gate)
-        out["readme_json"] = await readme_json(client, args.model, args.json_runs, args.natural, gate)
-        out["schemas"] = await schemas(client, args.model, args.schemas, args.natural, gate)
+        parts = set(args.only.split(",")) if args.only else {"free", "readme_json", "schemas"}
+        if "free" in parts:
+            out["free"] = await free(client, args.model, args.prompts, budget, gate)
+            print(json.dumps({"free": out["free"]}), file=sys.stderr, flush=True)  # kept if a later part fails
+        if "readme_json" in parts:
+            out["readme_json"] = await readme_json(client, args.model, args.json_runs, args.natural, gate)
+            print(json.dumps({"readme_json": out["readme_json"]}), file=sys.stderr, flush=True)
+        if "schemas" in parts:
+            out["schemas"] = await schemas(client, args.model, args.schemas, args.natural, gate)
         out["seconds"] = time.perf_counter() - t0
         return out
 
@@ -264,6 +285,7 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--natural", type=int, default=1024, help="max_tokens of the baselines' unhurried answers")
     p.add_argument("--max-tokens", type=int, default=2048, help="the server's default output budget")
+    p.add_argument("--only", default="", help="comma-separated parts: free, readme_json, schemas (default: all)")
     args = p.parse_args()
     load = os.getloadavg()
     port = free_port()
