@@ -325,7 +325,11 @@ def llamay(name: str, model: Path) -> Iterator[Server]:
         {"key": KEYS["admin"], "principal": "admin", "role": "admin"},
     ]}))  # fmt: skip
     port = free_port()
-    argv = llamay_serve_argv(model, port, "-keys", str(keys), "-admission", name)
+    # Every client here is on 127.0.0.1: the per-address connection cap would turn the
+    # load itself away, so it is raised to the total cap.
+    argv = llamay_serve_argv(
+        model, port, "-keys", str(keys), "-admission", name, "-max-connections-per-address", "256"
+    )
     progress(f"{name}: starting {' '.join(argv[1:])}")
     try:
         server = start_server(name, argv, port, "/health", env={"LLAMAY_HOME": str(home / "home")})
