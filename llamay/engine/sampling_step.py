@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from ..grammar import CompileCache
+from ..grammar.runtime import forbid
 from ..types import FinishReason, TokenEvent, TopLogprob
 from .packed_mask import PackedMask
 from .sampler import Sample
@@ -136,7 +137,6 @@ def _in_layout(s: Sequence, logits: np.ndarray, sample: Sample) -> Sample:
     layout; if none is, the grammar's own choice stands (still valid JSON)."""
     c = s.constraint
     assert c is not None and s.mask is not None
-    words = s.mask.view(np.uint32)
     limit = s.request.stop.max_tokens
     for _ in range(LAYOUT_TRIES):
         if c.keeps_layout(sample.token):
@@ -145,10 +145,10 @@ def _in_layout(s: Sequence, logits: np.ndarray, sample: Sample) -> Sample:
         # What the model chose, written in the layout's whitespace: its tail is forced in
         # the next steps. Not near max_tokens, where the shortest endings decide (_fit).
         tokens = c.respaced(t)
-        if tokens and (limit is None or limit - s.n_generated - len(tokens) > 2 * max(s.room, 0) + ROOM_SLACK):
+        if tokens and (limit is None or not _in_reach(s, limit - s.n_generated - len(tokens))):
             s.closing = tokens[1:]
             return Sample(tokens[0])
-        words[t >> 5] &= np.uint32(~(1 << (t & 31)) & 0xFFFFFFFF)
+        forbid(s.mask, t)
         try:
             sample = s.sampler.sample(logits, s.mask)
         except ValueError:  # nothing else allowed: keep what the grammar took
@@ -197,7 +197,12 @@ def _near_end(s: Sequence, left: int) -> bool:
         # None: no ending fits in what is left, so there is nothing to steer to (looked
         # for again ROOM_EVERY tokens on, in case the model closed something itself).
         s.room, s.room_at = (-1 if found is None else len(found)), s.n_generated
-    return s.room >= 0 and left <= 2 * s.room + ROOM_SLACK
+    return s.room >= 0 and _in_reach(s, left)
+
+
+def _in_reach(s: Sequence, left: int) -> bool:
+    """Whether `left` tokens are within reach of the shortest ending as last measured."""
+    return left <= 2 * max(s.room, 0) + ROOM_SLACK
 
 
 def _check_end(s: Sequence, n_ctx: int, *, stopped: bool) -> Finish | None:

@@ -20,6 +20,7 @@ import llguidance
 import numpy as np
 
 from .layout import Indented
+from .runtime import mask_tokens
 
 __all__ = ["ClosingTokens", "JsonScan", "closing_tokens", "shortest_completion", "PREFERRED"]
 
@@ -223,8 +224,7 @@ def _lowest_allowed(
     m: llguidance.LLMatcher, mask: np.ndarray, scan: JsonScan | Indented, closing: ClosingTokens
 ) -> list[int] | None:
     m.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
-    bits = np.unpackbits(mask.view(np.uint8), bitorder="little")
-    for token in np.flatnonzero(bits[: closing.vocab_size])[:_FALLBACK_TRIES]:
+    for token in mask_tokens(mask, closing.vocab_size)[:_FALLBACK_TRIES]:
         if int(token) not in closing.eos:
             run = _take(m, int(token), scan, closing)
             if run is not None:

@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import GrammarError
 from .closing import ClosingTokens, JsonScan, closing_tokens, shortest_completion
 from .layout import Indented
-from .runtime import byte_tokenizer, matcher_error, parser_limits
+from .runtime import byte_tokenizer, forbid, mask_tokens, matcher_error, parser_limits
 
 if TYPE_CHECKING:
     from .grammar import Grammar
@@ -248,18 +248,15 @@ class Constraint:
         the canonical layout, and return how many stay allowed. A no-op (the popcount)
         unless the grammar is JSON in the indented layout. Costs one check per allowed
         token: for when sampling again (`keeps_layout`) has not found one cheaply."""
-        bits = np.unpackbits(mask.view(np.uint8), bitorder="little")
-        allowed = np.flatnonzero(bits[: self.vocab_size])
-        scan = self._scan
-        if not isinstance(scan, Indented):
+        allowed = mask_tokens(mask, self.vocab_size)
+        if not isinstance(self._scan, Indented):
             return int(allowed.size)
-        words = mask.view(np.uint32)
         kept = 0
         for t in allowed.tolist():
             if self.keeps_layout(t):
                 kept += 1
             else:
-                words[t >> 5] &= np.uint32(~(1 << (t & 31)) & 0xFFFFFFFF)
+                forbid(mask, t)
         return kept
 
     def completion(self, limit: int, first: int | None = None) -> list[int] | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 
 import llguidance
+import numpy as np
 
 from ..errors import GrammarError
 
@@ -18,6 +19,8 @@ __all__ = [
     "parser_limits",
     "validate_spec",
     "matcher_error",
+    "mask_tokens",
+    "forbid",
 ]
 
 # A grammar or schema larger than this is refused before llguidance sees it. llguidance
@@ -75,3 +78,16 @@ def validate_spec(spec: str, *, what: str, param: str | None) -> None:
     )
     if is_error:
         raise GrammarError(f"invalid {what}: {messages[0].strip()}", param=param)
+
+
+def mask_tokens(mask: np.ndarray, vocab_size: int) -> np.ndarray:
+    """The token ids a packed mask (one bit per token, as llguidance writes it) allows,
+    lowest first, below `vocab_size`."""
+    bits = np.unpackbits(mask.view(np.uint8), bitorder="little")
+    return np.flatnonzero(bits[:vocab_size])
+
+
+def forbid(mask: np.ndarray, token: int) -> None:
+    """Clear `token`'s bit in a packed mask, in place."""
+    words = mask.view(np.uint32)
+    words[token >> 5] &= np.uint32(~(1 << (token & 31)) & 0xFFFFFFFF)
