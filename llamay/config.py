@@ -86,6 +86,8 @@ class RuntimeConfig:
     repeat_penalty: float | None = None
     finish_tool: str = "off"
     admission: str = "fair"
+    speculate: bool = True  # speculative decoding, which never changes a token (engine/speculate.py)
+    draft_max: int = 8  # drafted tokens per sequence and step at most
 
     def sampling(self) -> dict[str, Any]:
         """The sampling defaults that are set, by field name."""
@@ -198,6 +200,7 @@ def _check_runtime(rc: RuntimeConfig) -> None:
     _at_least("concurrency", rc.concurrency, 1)
     _at_least("queue", rc.max_queue, 0)
     _at_least("max-tokens", rc.max_tokens, 1)
+    _at_least("draft-max", rc.draft_max, 0)
     if rc.reasoning_budget is not None:
         _at_least("reasoning-budget", rc.reasoning_budget, 0)
     if rc.cache_ram < 0:

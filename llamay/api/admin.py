@@ -42,6 +42,8 @@ def collect_stats(runtime: Runtime, counter: RequestCounter | None) -> dict[str,
                 "ram_cache_bytes": m.engine.ram_cache()["bytes"],
                 "contexts": len(m.engine.contexts.records),
                 "decode_steps": st.steps,
+                "draft_tokens": m.engine.speculator.drafted,
+                "draft_accepted_tokens": m.engine.speculator.accepted,
                 "decode_seconds": round(st.decode_seconds, 3),
             }
         )
@@ -89,6 +91,8 @@ async def metrics(request: Request) -> Response:
         ("prompt_tokens", "prompt tokens processed", "counter"),
         ("cached_tokens", "prompt tokens served from the prefix cache", "counter"),
         ("generated_tokens", "tokens generated", "counter"),
+        ("draft_tokens", "speculative tokens drafted (checked in a step beside the token sampled)", "counter"),
+        ("draft_accepted_tokens", "drafted tokens the model's own sampling took", "counter"),
         ("running", "sequences generating now", "gauge"),
         ("queue_depth", "requests waiting", "gauge"),
         ("kv_cells_used", "KV cells held by running requests", "gauge"),

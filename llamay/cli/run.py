@@ -62,14 +62,20 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run_run)
 
 
-def stats_line(n_prompt: int, prompt_ms: float, n_gen: int, gen_ms: float, reason: str) -> str:
+def stats_line(
+    n_prompt: int, prompt_ms: float, n_gen: int, gen_ms: float, reason: str, drafted: int = 0, taken: int = 0
+) -> str:
+    """`prompt 9 tokens in 40ms (225.0 tok/s) · generated 64 in 610ms (104.9 tok/s) · 48 of
+    60 drafted taken · stop: length` (the drafts part only when speculation drafted any)."""
+
     def rate(n: int, ms: float) -> str:
         return f"{n / (ms / 1000):.1f}" if ms > 0 else "inf"
 
     gen = f"{gen_ms / 1000:.3f}s" if gen_ms >= 1000 else f"{gen_ms:.0f}ms"
+    drafts = f"{taken} of {drafted} drafted taken · " if drafted else ""
     return (
         f"prompt {n_prompt} tokens in {prompt_ms:.0f}ms ({rate(n_prompt, prompt_ms)} tok/s) · "
-        f"generated {n_gen} in {gen} ({rate(n_gen, gen_ms)} tok/s) · stop: {reason}"
+        f"generated {n_gen} in {gen} ({rate(n_gen, gen_ms)} tok/s) · {drafts}stop: {reason}"
     )
 
 
@@ -85,7 +91,15 @@ def print_stats(ev: FinishEvent, label: str | None) -> None:
     x = ev.extra
     u = ev.usage
     print(
-        stats_line(u.prompt_tokens, x["prompt_ms"], u.completion_tokens, x["generate_ms"], ev.reason),
+        stats_line(
+            u.prompt_tokens,
+            x["prompt_ms"],
+            u.completion_tokens,
+            x["generate_ms"],
+            ev.reason,
+            x.get("draft_tokens", 0),
+            x.get("draft_accepted_tokens", 0),
+        ),
         file=sys.stderr,
     )
     if label is not None:

@@ -97,6 +97,12 @@ def add_server_flags(p: argparse.ArgumentParser, help_for: Mapping[str, str] | N
     add("flash-attn", dest="flash_attn", default=_on_off(rc.flash_attn), choices=["on", "off"],
         help="flash attention: each sequence attends to its own KV cells only "
         f"(default {_on_off(rc.flash_attn)})")  # fmt: skip
+    add("speculate", default=_on_off(rc.speculate), choices=["on", "off"],
+        help="speculative decoding: guessed tokens (copied from the prompt or the output, or forced by "
+        "the format) are checked in the same step, so copying work runs faster; the output is the "
+        f"same token for token either way (default {_on_off(rc.speculate)})")  # fmt: skip
+    add("draft-max", dest="draft_max", type=int, default=rc.draft_max,
+        help=f"guessed tokens a request checks per step at most (default {rc.draft_max})")  # fmt: skip
     add("cache-ram", dest="cache_ram", type=int, default=rc.cache_ram // 2**20,
         help="MiB of RAM per model for cached prefixes moved out of the KV cache; 0: none "
         f"(default {rc.cache_ram // 2**20})")  # fmt: skip
@@ -216,6 +222,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         reasoning_budget=args.reasoning_budget,
         finish_tool=args.finish_tool,
         admission=args.admission,
+        speculate=args.speculate == "on",
+        draft_max=args.draft_max,
         **sampling_flags(args),
     )
     limits = ServerLimits(

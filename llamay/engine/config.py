@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .speculate import SpecConfig
+
 __all__ = ["EngineConfig", "EngineStats"]
 
 
@@ -25,6 +27,7 @@ class EngineConfig:
     model_sha256: str = ""
     contexts_dir: Path | None = None  # where contexts are spilled and saved; None: a temp folder
     cache_ram: int = 512 * 1024 * 1024  # bytes of RAM for cached prefixes moved out of the KV cache
+    speculate: SpecConfig = SpecConfig()  # speculative decoding (engine/speculate.py)
 
 
 @dataclass

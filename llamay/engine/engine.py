@@ -35,6 +35,7 @@ from .request import GenerateRequest, Handle, Sink
 from .sampling_step import Outcome, sample_step
 from .scheduler import Admission, StepCost, choose_leader, make_way, next_tenant, preempt, schedule
 from .sequence import Sequence
+from .speculate import Speculator, verify
 from .tenants import Tenants
 
 __all__ = ["Engine", "EngineConfig"]
@@ -63,6 +64,8 @@ class Engine:
         self._running: list[Sequence] = []
         self._light_step = False  # the last step read light tenants' prompts alone
         self._cost = StepCost()
+        self.speculator = Speculator(self.config.speculate)
+        self._no_drafts = False  # the last step's drafts found no KV room: retry without
         if kv is None:
             c = self.config
             kv = KvManager.create(
@@ -361,9 +364,13 @@ class Engine:
             and sharing.light_alone
             and any(ready[sl.index].prefilling and sharing.tenants[sl.index] in sharing.light for sl in plan)
         )
+        room = 0 if self._no_drafts else self.ctx.n_batch - sum(sl.count for sl in plan)
+        self._no_drafts = False
+        decoding = [sl.index for sl in plan if sl.count == 1 and not ready[sl.index].prefilling]
+        drafts = self.speculator.plan(ready, decoding, room, self.n_ctx)
         batch = self.ctx.batch
         batch.clear()
-        rows: list[tuple[Sequence, int]] = []
+        rows: list[tuple[Sequence, int, int]] = []  # (sequence, batch row, plan index)
         scored: list[tuple[Sequence, int, int]] = []  # (sequence, prompt position, batch row)
         for sl in plan:
             s = ready[sl.index]
@@ -376,14 +383,20 @@ class Engine:
                 if keep:
                     scored.append((s, pos, row))
             if sl.logits:
-                rows.append((s, row))
+                rows.append((s, row, sl.index))
+            for j, token in enumerate(drafts.get(sl.index, ((), 0))[0]):
+                batch.add(token, last + 1 + j, s.seq_id, True)  # rows after `row`, in order
         t0 = time.perf_counter()
         status = self.ctx.decode()
         spent = time.perf_counter() - t0
         self._cost.add(batch.n, spent)
+        self.speculator.fit.add(batch.n, spent)
         self.stats.decode_seconds += spent
         self.stats.steps += 1
         if status == DecodeStatus.NO_KV_SLOT:
+            if drafts:
+                self._no_drafts = True
+                return
             self._relieve_kv([self._running.index(ready[sl.index]) for sl in plan])
             return
         if status != DecodeStatus.OK:
@@ -391,19 +404,34 @@ class Engine:
         by_tenant = self.stats.by_tenant
         for sl in plan:
             ready[sl.index].n_past += sl.count
-            self._tenants.computed(ready[sl.index], sl.count)
+            n = sl.count + len(drafts.get(sl.index, ((), 0))[0])
+            self._tenants.computed(ready[sl.index], n)
             ready[sl.index].decode_seconds += spent
             tenant = ready[sl.index].request.tenant
-            by_tenant[tenant] = by_tenant.get(tenant, 0) + sl.count
+            by_tenant[tenant] = by_tenant.get(tenant, 0) + n
         self.stats.computed_tokens += batch.n
         self.kv.age(batch.n)
         for s, pos, row in scored:
             k = s.request.prompt_logprobs or 0
             lp = score_row(self.ctx.logits(row), self.model.n_vocab, s.tokens[pos + 1], k, self.model.pieces)
             s.prompt_scores.append(lp)
-        for s, row in rows:
-            self._apply(s, sample_step(s, self.ctx.logits(row), self.model, self.n_ctx))
+        for s, row, index in rows:
+            if index in drafts:
+                self._verify(s, row, *drafts[index])
+            else:
+                self._apply(s, sample_step(s, self.ctx.logits(row), self.model, self.n_ctx))
         self._running = [s for s in self._running if not s.done]
+
+    def _verify(self, s: Sequence, row: int, drafts: list[int], guessed: int) -> None:
+        """Sample `s` from its row and its drafts' rows (speculate.verify), drop the KV of
+        the drafts it did not take, then publish what it sampled."""
+        logits = [self.ctx.logits(row + j) for j in range(len(drafts) + 1)]
+        outcomes, kept = verify(s, logits, drafts, self.model, self.n_ctx)
+        s.n_past += kept - 1
+        self.kv.trim(s.seq_id, s.n_past)
+        self.speculator.taken(s, drafts, guessed, kept)
+        for outcome in outcomes:
+            self._apply(s, outcome)
 
     def _apply(self, s: Sequence, outcome: Outcome) -> None:
         if outcome.token is not None:
@@ -457,6 +485,8 @@ class Engine:
             "mask_ms": s.mask_seconds * 1000.0,
             "context_id": context_id,
             "closed_early": s.closed_early,
+            "draft_tokens": s.spec.drafted if s.spec is not None else 0,
+            "draft_accepted_tokens": s.spec.accepted if s.spec is not None else 0,
         }
         tail = "" if reason == "abort" else s.text.flush()
         usage = Usage(s.n_prompt, n_gen, s.n_cached)

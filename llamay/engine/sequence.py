@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
@@ -69,6 +70,7 @@ class Sequence:
         self.closed_early = False
         self.room = 0
         self.room_at = -1
+        self.spec: Any = None  # its speculation.SpecState, once it decodes with speculation on
         self.mask_steps = 0
         self.mask_seconds = 0.0
         self.decode_seconds = 0.0

@@ -176,6 +176,10 @@ class KvManager:
         self.ops.seq_rm(seq)
         return self.pool.attach(seq, tokens, limit, namespace)
 
+    def trim(self, seq: int, n: int) -> None:
+        """Keep positions [0, n) of running sequence `seq` (drafts it did not take go)."""
+        self.ops.seq_rm(seq, n, -1)
+
     def expect(self, n_tokens: int) -> None:
         """`n_tokens` are about to be computed (see SeqPool.expect)."""
         self.pool.expect(n_tokens)

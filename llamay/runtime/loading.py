@@ -102,6 +102,7 @@ def load_model(
     from ..backend.context import Context, ContextConfig
     from ..backend.model import Model
     from ..engine.engine import Engine, EngineConfig
+    from ..engine.speculate import SpecConfig
 
     model = Model(path, progress)
     try:
@@ -158,15 +159,22 @@ def load_model(
         ctx.close()
         model.close()
         raise
+    variance = model_variance(path, config.kv_type)
+    # Speculation keeps every token only where a position's logits do not depend on the step
+    # (backend/invariance.py): elsewhere it is off.
+    speculate = SpecConfig(enabled=config.speculate and not variance, max_draft=config.draft_max)
     settings = EngineConfig(
-        concurrency=config.concurrency, max_queue=config.max_queue, fair=config.admission == "fair"
+        concurrency=config.concurrency,
+        max_queue=config.max_queue,
+        fair=config.admission == "fair",
+        speculate=speculate,
     )
     engine = Engine(model, ctx, settings, kv)
     try:
         # Building it detects the traits.
         loaded = LoadedModel(name, model, ctx, engine, template, sha256, tool_template=tool_template)
         loaded.thinking_budget = config.reasoning_budget
-        loaded.batch_variance = model_variance(path, config.kv_type)
+        loaded.batch_variance = variance
         return loaded
     except Exception:
         engine.close()
