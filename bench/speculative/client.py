@@ -48,10 +48,14 @@ class Reply:
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "completion_tokens": self.completion_tokens,
+            "chars": len(self.text),
             "finish_reason": self.finish_reason,
             "ttft_s": round(self.first - self.sent, 4),
             "decode_s": round(self.decode_s, 4),
             "tok_s": self.tok_s,
+            # Servers may spell the same text in different tokens (a grammar does not force
+            # the canonical split): characters per second compare the same work.
+            "chars_s": len(self.text) / self.decode_s if self.decode_s > 0 else None,
         }
         t = self.server_timings
         if t:

@@ -19,12 +19,12 @@ TARGETS = {"copy_on_over_off": 1.8, "copy_on_over_llama_server_spec": 1.2, "free
 TARGET_CONCURRENT = 1.0
 
 
-def _best(run: Run | None, workload: str) -> float:
-    """The best single-stream decode tok/s of `workload` over the reps; NaN if none."""
+def _best(run: Run | None, workload: str, key: str = "tok_s") -> float:
+    """The best single-stream `key` (decode tok/s, chars/s) of `workload` over the reps; NaN if none."""
     if run is None:
         return math.nan
     reps = run.result.get("single", {}).get(workload, [])
-    ok = [r["tok_s"] for r in reps if isinstance(r.get("tok_s"), float) and not math.isnan(r["tok_s"])]
+    ok = [r[key] for r in reps if isinstance(r.get(key), float) and not math.isnan(r[key])]
     return max(ok) if ok else math.nan
 
 
@@ -74,8 +74,16 @@ def identity(runs: Mapping[str, Run], loads: Sequence[Workload]) -> dict[str, An
         conc = {"identical": not bad, "compared": len(pairs), "differing_streams": bad}
         if bad:
             conc["first_difference"] = _first_difference(*pairs[bad[0]])
-    verdict = _all([s["identical"] for s in single.values()] + [conc["identical"]])
-    out: dict[str, Any] = {"all": verdict, "single_stream": single, "concurrent": conc}
+    verdicts = [s["identical"] for s in single.values()] + [conc["identical"]]
+    out: dict[str, Any] = {"single_stream": single, "concurrent": conc}
+    draft = runs.get("llamay_on_draft")
+    if draft is not None:  # speculation with a draft model must not change a token either
+        out["single_stream_draft_model"] = {
+            w.name: _same(off.texts.get(w.name, []) if off else [], draft.texts.get(w.name, []))
+            for w in loads
+        }
+        verdicts += [s["identical"] for s in out["single_stream_draft_model"].values()]
+    verdict = out["all"] = _all(verdicts)
     if verdict is False:
         print(f"bench.speculative: OUTPUT DIFFERS with speculation on: {out}", file=sys.stderr, flush=True)
     out["info_batched_equals_single"] = {
@@ -130,6 +138,7 @@ def _drafts(runs: Mapping[str, Run], loads: Sequence[Workload]) -> dict[str, Any
 def compare_model(runs: Mapping[str, Run], loads: Sequence[Workload]) -> dict[str, Any]:
     """Speeds, ratios, targets, draft counts and identity for one model's runs."""
     speeds = {name: {w.name: _best(run, w.name) for w in loads} for name, run in runs.items()}
+    chars = {name: {w.name: _best(run, w.name, "chars_s") for w in loads} for name, run in runs.items()}
     off, on = speeds.get("llamay_off", {}), speeds.get("llamay_on", {})
     spec, plain = speeds.get("llama_server_spec", {}), speeds.get("llama_server", {})
     nan = math.nan
@@ -141,6 +150,14 @@ def compare_model(runs: Mapping[str, Run], loads: Sequence[Workload]) -> dict[st
             "llamay_on_over_llama_server_spec": _ratio(on.get(w.name, nan), spec.get(w.name, nan)),
             "llama_server_spec_over_plain": _ratio(spec.get(w.name, nan), plain.get(w.name, nan)),
             "llamay_off_over_llama_server_plain": _ratio(off.get(w.name, nan), plain.get(w.name, nan)),
+            "llamay_on_draft_over_llama_server_draft": _ratio(
+                speeds.get("llamay_on_draft", {}).get(w.name, nan),
+                speeds.get("llama_server_draft", {}).get(w.name, nan),
+            ),
+            "llamay_on_over_llama_server_spec_chars": _ratio(
+                chars.get("llamay_on", {}).get(w.name, nan),
+                chars.get("llama_server_spec", {}).get(w.name, nan),
+            ),
         }
         ratios[w.name] = r
         if w.copies:
@@ -163,6 +180,7 @@ def compare_model(runs: Mapping[str, Run], loads: Sequence[Workload]) -> dict[st
     targets["output_identical"] = {"value": same["all"], "target": True, "met": same["all"]}
     return {
         "decode_tok_s": speeds,
+        "decode_chars_s": chars,
         "concurrent_aggregate_tok_s": agg,
         "ratios": ratios,
         "targets": targets,

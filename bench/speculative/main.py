@@ -43,9 +43,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="128 tokens, one rep, no plain llama-server")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     p.add_argument("--max-tokens", type=int, default=None, help="tokens per request (default 256; quick 128)")
-    p.add_argument(
-        "--reps", type=int, default=None, help="single-stream runs of each workload (default 2; quick 1)"
-    )
+    p.add_argument("--reps", type=int, default=None, help="single-stream runs of each workload (default 1)")
     p.add_argument(
         "--streams", type=int, default=8, help="concurrent streams on llamay off and on (default 8)"
     )
@@ -68,7 +66,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown model {unknown[0]!r} (known: {', '.join(MODELS)})")
     args.max_tokens = args.max_tokens or (128 if args.quick else 256)
-    args.reps = args.reps or (1 if args.quick else 2)
+    args.reps = args.reps or 1
     args.drafts = {}
     for item in args.draft:
         key, sep, path = item.partition("=")
@@ -88,13 +86,12 @@ def model_path(key: str) -> Path:
 def bench_model(key: str, args: argparse.Namespace, llamay_draft: bool) -> dict[str, Any]:
     """Every variant on one model, then the comparison."""
     path = model_path(key)
+    trained = key == "default"
     vocab = Vocab(path)
     try:
-        banned = vocab.eog_ids()
+        loads = workloads(trained, args.max_tokens, vocab.eog_ids(), vocab.count)
     finally:
         vocab.close()
-    trained = key == "default"
-    loads = workloads(trained, args.max_tokens, banned)
     draft = args.drafts.get(key)
     runs: dict[str, Run] = {}
     for v in variants(args.draft_max, not args.quick, draft, llamay_draft):

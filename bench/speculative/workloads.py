@@ -12,6 +12,7 @@ no grammar and its end-of-generation tokens banned, so it runs to max_tokens lik
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +25,9 @@ COPYING = frozenset({"extraction", "quote", "rewrite"})
 BAN_BIAS = -100.0
 FORCING = (
     "GBNF grammar (the `grammar` field, on both servers) whose only sentence is the text to copy: "
-    "the extraction's JSON, the passage, the edited file; the free-text workload has no grammar and "
-    "its end-of-generation tokens banned by logit_bias"
+    "the extraction's JSON, the passage, the edited file, each cut at a line or word to fit max_tokens "
+    "(llamay refuses a request whose shortest answer exceeds it); the free-text workload has no "
+    "grammar and its end-of-generation tokens banned by logit_bias"
 )
 
 
@@ -93,6 +95,24 @@ def _chat(name: str, messages: list[dict[str, str]], max_tokens: int, **extra: A
     return Workload(name, "/v1/chat/completions", body, name in COPYING, chars)
 
 
+def fit(text: str, budget: int, count: Callable[[str], int]) -> str:
+    """The longest prefix of `text` ending at a line or word break that `count` puts at
+    `budget` tokens or fewer (all of it if it fits)."""
+    if count(text) <= budget:
+        return text
+    cuts = [i for i, ch in enumerate(text) if ch in " \n"]
+    lo, hi = 0, len(cuts) - 1  # find the last cut that fits
+    best = ""
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        head = text[: cuts[mid]]
+        if count(head) <= budget:
+            best, lo = head, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
 def _forced(name: str, prompt: str, text: str | None, max_tokens: int, banned: list[int]) -> Workload:
     body: dict[str, Any] = {"prompt": prompt, **_sampling(max_tokens)}
     if text is not None:
@@ -102,10 +122,12 @@ def _forced(name: str, prompt: str, text: str | None, max_tokens: int, banned: l
     return Workload(name, "/v1/completions", body, name in COPYING, len(prompt))
 
 
-def workloads(trained: bool, max_tokens: int, banned: list[int]) -> list[Workload]:
+def workloads(
+    trained: bool, max_tokens: int, banned: list[int], count: Callable[[str], int]
+) -> list[Workload]:
     """The four workloads for a trained model (chat, copying of its own accord) or for a
     random-weight one (completions, copying forced by grammar; `banned`: its end-of-generation
-    tokens, banned in free text)."""
+    tokens, banned in free text; `count`: its token count of a text, to fit the forced ones)."""
     note, f = clinical_note(), edited_file()
     quote_user = _QUOTE_USER.format(passage=PASSAGE)
     rewrite_user = _REWRITE.format(file=f.original, instruction=f.instruction)
@@ -127,11 +149,23 @@ def workloads(trained: bool, max_tokens: int, banned: list[int]) -> list[Workloa
             _chat("free_text", [{"role": "user", "content": QUESTION}], max_tokens),
         ]
     answer = "\n\nAnswer:\n"
+    budget = max_tokens - 8  # room for the end of generation and tokenisation at the cut
+    extraction = fit(json.dumps(NOTE_FIELDS, indent=2), budget, count)
     return [
+        _forced("extraction", _EXTRACT + note + answer, extraction, max_tokens, banned),
         _forced(
-            "extraction", _EXTRACT + note + answer, json.dumps(NOTE_FIELDS, indent=2), max_tokens, banned
+            "quote",
+            f"{_QUOTE_SYSTEM}\n\n{quote_user}{answer}",
+            fit(PASSAGE, budget, count),
+            max_tokens,
+            banned,
         ),
-        _forced("quote", f"{_QUOTE_SYSTEM}\n\n{quote_user}{answer}", PASSAGE, max_tokens, banned),
-        _forced("rewrite", rewrite_user + answer, f"```python\n{f.edited}```", max_tokens, banned),
+        _forced(
+            "rewrite",
+            rewrite_user + answer,
+            fit(f"```python\n{f.edited}```", budget, count),
+            max_tokens,
+            banned,
+        ),
         _forced("free_text", QUESTION + answer, None, max_tokens, banned),
     ]
