@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["NOTE_FIELDS", "PASSAGE", "QUESTION", "EditedFile", "clinical_note", "edited_file"]
+__all__ = ["NOTE_FIELDS", "NOTE_SCHEMA", "PASSAGE", "QUESTION", "EditedFile", "clinical_note", "edited_file"]
 
 # ---------------------------------------------------------------------------------------------
 # (a) A discharge note (~1,000 tokens) and the fields an extraction copies from it verbatim.
