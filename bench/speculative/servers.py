@@ -14,6 +14,7 @@ import asyncio
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,10 +115,12 @@ def run_variant(v: Variant, model: Path, loads: Sequence[Workload], args: argpar
     argv = _argv(v, model, port, args)
     run = Run({"command": argv[1:], "started": time.strftime("%H:%M:%S")}, {}, [])
     _say(f"{v.name}: starting")
+    # Its own LLAMAY_HOME: a model's context store belongs to one process, and another llamay
+    # may be serving the same model on this machine.
+    home = tempfile.TemporaryDirectory(prefix="bench-speculative-home-")
+    env = {"OMP_WAIT_POLICY": None, "LLAMAY_HOME": home.name}
     try:
-        with start_server(
-            v.name, argv, port, "/health", env={"OMP_WAIT_POLICY": None}, timeout=300
-        ) as server:
+        with start_server(v.name, argv, port, "/health", env=env, timeout=300) as server:
             run.result["log"] = str(server.log_path)
             try:
                 asyncio.run(_measure(v, server.base_url, loads, args, run))
@@ -126,6 +129,8 @@ def run_variant(v: Variant, model: Path, loads: Sequence[Workload], args: argpar
                 run.result["error"] = {**detail, "server_log_tail": log_tail(server.log_path, 40)}
     except ServerError as exc:
         run.result["error"] = {"what": "server did not start", "detail": str(exc)[-3000:]}
+    finally:
+        home.cleanup()
     if "error" in run.result:
         _say(f"{v.name}: FAILED: {str(run.result['error'])[:1500]}")
     return run
