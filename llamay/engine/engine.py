@@ -29,6 +29,7 @@ from ..kv.contexts import Contexts
 from ..kv.manager import KvManager
 from ..types import ErrorEvent, FinishEvent, FinishReason, TokenEvent, Usage
 from .config import EngineConfig, EngineStats
+from .draft_model import DraftModel
 from .prompt_scoring import score_row
 from .repetition import structural_tokens
 from .request import GenerateRequest, Handle, Sink
@@ -49,10 +50,16 @@ class Engine:
     """Owns `ctx` (and uses `model`) from its own thread. Thread-safe: submit/call/close.
 
     `kv` manages the KV of `ctx` (the engine takes it over: from now on it is used on the
-    engine thread only); without one the engine builds it from `config`."""
+    engine thread only); without one the engine builds it from `config`. `drafter`, a draft
+    model for speculation, is the engine's too: it closes it."""
 
     def __init__(
-        self, model: Model, ctx: Context, config: EngineConfig | None = None, kv: KvManager | None = None
+        self,
+        model: Model,
+        ctx: Context,
+        config: EngineConfig | None = None,
+        kv: KvManager | None = None,
+        drafter: DraftModel | None = None,
     ) -> None:
         self.model = model
         self.ctx = ctx
@@ -64,7 +71,7 @@ class Engine:
         self._running: list[Sequence] = []
         self._light_step = False  # the last step read light tenants' prompts alone
         self._cost = StepCost()
-        self.speculator = Speculator(self.config.speculate)
+        self.speculator = Speculator(self.config.speculate, drafter)
         self._no_drafts = False  # the last step's drafts found no KV room: retry without
         if kv is None:
             c = self.config
@@ -168,6 +175,10 @@ class Engine:
             self._closing = True
             self._cond.notify()
         self._thread.join(timeout=30)
+        drafter = self.speculator.drafter
+        if drafter is not None and not self._thread.is_alive():
+            self.speculator.drafter = None
+            drafter.close()
 
     # -- engine thread ---------------------------------------------------------------------
     def _wake(self) -> None:
@@ -367,6 +378,7 @@ class Engine:
         room = 0 if self._no_drafts else self.ctx.n_batch - sum(sl.count for sl in plan)
         self._no_drafts = False
         decoding = [sl.index for sl in plan if sl.count == 1 and not ready[sl.index].prefilling]
+        self.speculator.retain({s.seq_id for s in self._running})
         drafts = self.speculator.plan(ready, decoding, room, self.n_ctx)
         batch = self.ctx.batch
         batch.clear()
