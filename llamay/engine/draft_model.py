@@ -13,15 +13,18 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..backend.context import Context, DecodeStatus
-from ..backend.model import Model
+if TYPE_CHECKING:  # llama.cpp is loaded by whoever builds the model, not by importing this
+    from ..backend.context import Context
+    from ..backend.model import Model
 
 __all__ = ["DraftModel", "DraftTask", "same_tokenizer"]
 
 log = logging.getLogger("llamay.engine")
+DECODE_OK = 0  # backend.context.DecodeStatus.OK
 CATCH_UP = 256  # positions the draft model reads per step at most to catch up
 
 
@@ -87,7 +90,7 @@ class DraftModel:
                 if pos >= self.ctx.n_ctx:
                     continue
                 rows.append((t, b.add(t.out[-1], pos, t.seq, True)))
-            if not rows or self.ctx.decode() != DecodeStatus.OK:
+            if not rows or self.ctx.decode() != DECODE_OK:
                 break
             for t, row in rows:
                 t.out.append(int(np.argmax(self._row(row))))
@@ -125,7 +128,7 @@ class DraftModel:
             self._seen[t.seq] = (t.owner, seen + take)
             if seen + take == len(t.tokens):
                 ends[i] = row
-        if b.n and self.ctx.decode() != DecodeStatus.OK:
+        if b.n and self.ctx.decode() != DECODE_OK:
             for t in tasks:
                 self.forget(t.seq)
             return []
