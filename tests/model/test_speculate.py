@@ -266,3 +266,27 @@ def test_a_draft_model_guesses_where_lookup_has_nothing(model: Model, tiny_model
         assert (g.tokens, g.logprobs, g.text, g.reason) == (w.tokens, w.logprobs, w.text, w.reason)
     assert got[0].taken == got[0].drafted > 0  # its own greedy guesses
     assert 0 < got[1].taken < got[1].drafted
+
+
+def test_sliding_window_models_too(tmp_path: Path) -> None:
+    """Gemma 3's window layers keep a second KV cache: dropping refused drafts from it keeps
+    every later position as plain decoding computes it (the window, 16, is passed many times)."""
+    from llamay.testing.tiny_swa import write_tiny_gemma3
+
+    with Model(write_tiny_gemma3(tmp_path / "tiny-gemma3.gguf")) as swa:
+        # This model's logits are steep: only a high temperature makes its draws vary.
+        reqs = [request(swa, "one two three", n=90, temperature=30.0, seed=s) for s in (1, 2)]
+        reqs.append(request(swa, "one two three", n=90))
+        off = make_engine(swa, speculate=False)
+        try:
+            want = [run(off, r) for r in reqs]
+        finally:
+            off.close()
+        on = make_engine(swa, speculate=True)
+        try:
+            got = run_together(on, reqs)
+        finally:
+            on.close()
+    for g, w in zip(got, want, strict=True):
+        assert (g.tokens, g.logprobs, g.text) == (w.tokens, w.logprobs, w.text)
+    assert sum(g.taken for g in got) > 0 and any(g.taken < g.drafted for g in got)
