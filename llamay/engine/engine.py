@@ -357,6 +357,7 @@ class Engine:
         return self._structural
 
     def _step(self) -> None:
+        begun = time.perf_counter()
         aborted = [s for s in self._running if s.handle.aborted]
         if aborted:
             for s in aborted:
@@ -402,7 +403,8 @@ class Engine:
         status = self.ctx.decode()
         spent = time.perf_counter() - t0
         self._cost.add(batch.n, spent)
-        self.speculator.fit.add(batch.n, spent)
+        # A step's own work before the decode (planning it) is saved by speculation too.
+        self.speculator.fit.add(batch.n, spent + (t0 - begun))
         self.stats.decode_seconds += spent
         self.stats.steps += 1
         if status == DecodeStatus.NO_KV_SLOT:
