@@ -378,6 +378,9 @@ class Engine:
             and any(ready[sl.index].prefilling and sharing.tenants[sl.index] in sharing.light for sl in plan)
         )
         room = 0 if self._no_drafts else self.ctx.n_batch - sum(sl.count for sl in plan)
+        if sharing is not None and sharing.prompt_cap is not None:
+            # A step shared with prompts waiting is kept short for them: drafts too.
+            room = min(room, max(0, sharing.prompt_cap - sum(sl.count for sl in plan if sl.count > 1)))
         self._no_drafts = False
         decoding = [sl.index for sl in plan if sl.count == 1 and not ready[sl.index].prefilling]
         self.speculator.retain({s.seq_id for s in self._running})
