@@ -88,6 +88,7 @@ class RuntimeConfig:
     admission: str = "fair"
     speculate: bool = True  # speculative decoding, which never changes a token (engine/speculate.py)
     draft_max: int = 8  # drafted tokens per sequence and step at most
+    draft: str | None = None  # a draft model (name or .gguf path) sharing the served models' tokenizer
 
     def sampling(self) -> dict[str, Any]:
         """The sampling defaults that are set, by field name."""

@@ -103,6 +103,9 @@ def add_server_flags(p: argparse.ArgumentParser, help_for: Mapping[str, str] | N
         f"same token for token either way (default {_on_off(rc.speculate)})")  # fmt: skip
     add("draft-max", dest="draft_max", type=int, default=rc.draft_max,
         help=f"guessed tokens a request checks per step at most (default {rc.draft_max})")  # fmt: skip
+    add("draft", default=None,
+        help="a small model sharing the served model's tokenizer that guesses tokens for speculation "
+        "where nothing in the prompt or output does (name or .gguf path; default: none)")  # fmt: skip
     add("cache-ram", dest="cache_ram", type=int, default=rc.cache_ram // 2**20,
         help="MiB of RAM per model for cached prefixes moved out of the KV cache; 0: none "
         f"(default {rc.cache_ram // 2**20})")  # fmt: skip
@@ -224,6 +227,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         admission=args.admission,
         speculate=args.speculate == "on",
         draft_max=args.draft_max,
+        draft=_model_ref(args.draft),
         **sampling_flags(args),
     )
     limits = ServerLimits(
@@ -329,3 +333,10 @@ def run_serve(args: argparse.Namespace) -> int:
         runtime.close()
         log.info("llamay stopped")
     return 0
+
+
+def _model_ref(name: str | None) -> str | None:
+    """A model name as given; a file path made absolute (a fleet's replicas run elsewhere)."""
+    if name is None or not (name.lower().endswith(".gguf") or os.sep in name or "/" in name):
+        return name
+    return str(Path(name).expanduser().absolute())

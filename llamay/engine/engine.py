@@ -28,7 +28,9 @@ from ..errors import ContextOverflow, EngineError, InvalidRequest, Overloaded
 from ..kv.contexts import Contexts
 from ..kv.manager import KvManager
 from ..types import ErrorEvent, FinishEvent, FinishReason, TokenEvent, Usage
+from .batching import fill
 from .config import EngineConfig, EngineStats
+from .draft_model import DraftModel
 from .prompt_scoring import score_row
 from .repetition import structural_tokens
 from .request import GenerateRequest, Handle, Sink
@@ -49,10 +51,16 @@ class Engine:
     """Owns `ctx` (and uses `model`) from its own thread. Thread-safe: submit/call/close.
 
     `kv` manages the KV of `ctx` (the engine takes it over: from now on it is used on the
-    engine thread only); without one the engine builds it from `config`."""
+    engine thread only); without one the engine builds it from `config`. `drafter`, a draft
+    model for speculation, is the engine's too: it closes it."""
 
     def __init__(
-        self, model: Model, ctx: Context, config: EngineConfig | None = None, kv: KvManager | None = None
+        self,
+        model: Model,
+        ctx: Context,
+        config: EngineConfig | None = None,
+        kv: KvManager | None = None,
+        drafter: DraftModel | None = None,
     ) -> None:
         self.model = model
         self.ctx = ctx
@@ -64,7 +72,7 @@ class Engine:
         self._running: list[Sequence] = []
         self._light_step = False  # the last step read light tenants' prompts alone
         self._cost = StepCost()
-        self.speculator = Speculator(self.config.speculate)
+        self.speculator = Speculator(self.config.speculate, drafter)
         self._no_drafts = False  # the last step's drafts found no KV room: retry without
         if kv is None:
             c = self.config
@@ -168,6 +176,10 @@ class Engine:
             self._closing = True
             self._cond.notify()
         self._thread.join(timeout=30)
+        drafter = self.speculator.drafter
+        if drafter is not None and not self._thread.is_alive():
+            self.speculator.drafter = None
+            drafter.close()
 
     # -- engine thread ---------------------------------------------------------------------
     def _wake(self) -> None:
@@ -346,6 +358,7 @@ class Engine:
         return self._structural
 
     def _step(self) -> None:
+        begun = time.perf_counter()
         aborted = [s for s in self._running if s.handle.aborted]
         if aborted:
             for s in aborted:
@@ -365,32 +378,21 @@ class Engine:
             and any(ready[sl.index].prefilling and sharing.tenants[sl.index] in sharing.light for sl in plan)
         )
         room = 0 if self._no_drafts else self.ctx.n_batch - sum(sl.count for sl in plan)
+        if sharing is not None and sharing.prompt_cap is not None:
+            # A step shared with prompts waiting is kept short for them: drafts too.
+            room = min(room, max(0, sharing.prompt_cap - sum(sl.count for sl in plan if sl.count > 1)))
         self._no_drafts = False
         decoding = [sl.index for sl in plan if sl.count == 1 and not ready[sl.index].prefilling]
+        self.speculator.retain({s.seq_id for s in self._running})
         drafts = self.speculator.plan(ready, decoding, room, self.n_ctx)
         batch = self.ctx.batch
-        batch.clear()
-        rows: list[tuple[Sequence, int, int]] = []  # (sequence, batch row, plan index)
-        scored: list[tuple[Sequence, int, int]] = []  # (sequence, prompt position, batch row)
-        for sl in plan:
-            s = ready[sl.index]
-            last = sl.start + sl.count - 1
-            score = s.request.prompt_logprobs is not None
-            for pos in range(sl.start, sl.start + sl.count):
-                # This row scores prompt token pos + 1.
-                keep = score and s.request.score_from <= pos + 1 < s.n_prompt
-                row = batch.add(s.tokens[pos], pos, s.seq_id, keep or (sl.logits and pos == last))
-                if keep:
-                    scored.append((s, pos, row))
-            if sl.logits:
-                rows.append((s, row, sl.index))
-            for j, token in enumerate(drafts.get(sl.index, ((), 0))[0]):
-                batch.add(token, last + 1 + j, s.seq_id, True)  # rows after `row`, in order
+        rows, scored = fill(batch, plan, ready, drafts)
         t0 = time.perf_counter()
         status = self.ctx.decode()
         spent = time.perf_counter() - t0
         self._cost.add(batch.n, spent)
-        self.speculator.fit.add(batch.n, spent)
+        # A step's own work before the decode (planning it) is saved by speculation too.
+        self.speculator.fit.add(batch.n, spent + (t0 - begun))
         self.stats.decode_seconds += spent
         self.stats.steps += 1
         if status == DecodeStatus.NO_KV_SLOT:
@@ -470,31 +472,11 @@ class Engine:
         )
         if reason == "abort":
             self.stats.aborted += 1
-        now = time.perf_counter()
-        n_gen = s.n_generated + n_extra
+        event = s.finish_event(reason, message, n_extra, context_id)
         self.stats.prompt_tokens += s.n_prompt
         self.stats.cached_tokens += s.n_cached
-        self.stats.generated_tokens += n_gen
-        t_first = s.t_first or now
-        extra = {
-            "prompt_ms": (t_first - s.t_admit) * 1000.0,
-            "generate_ms": (now - t_first) * 1000.0,
-            "queue_ms": (s.t_admit - s.handle.submitted) * 1000.0,
-            "decode_ms": s.decode_seconds * 1000.0,
-            "mask_steps": s.mask_steps,
-            "mask_ms": s.mask_seconds * 1000.0,
-            "context_id": context_id,
-            "closed_early": s.closed_early,
-            "draft_tokens": s.spec.drafted if s.spec is not None else 0,
-            "draft_accepted_tokens": s.spec.accepted if s.spec is not None else 0,
-        }
-        tail = "" if reason == "abort" else s.text.flush()
-        usage = Usage(s.n_prompt, n_gen, s.n_cached)
-        scores = None
-        first = max(1, s.request.score_from)
-        if s.request.prompt_logprobs is not None and len(s.prompt_scores) == s.n_prompt - first:
-            scores = tuple(s.prompt_scores)
-        self._safe_sink(s.sink, FinishEvent(reason, usage, tail, message, extra, scores))
+        self.stats.generated_tokens += event.usage.completion_tokens
+        self._safe_sink(s.sink, event)
 
     def _emit_finish_unstarted(self, handle: Handle, sink: Sink) -> None:
         self.kv.abandon(handle.request.session)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..grammar import CompileCache, Constraint, allocate_mask
-from ..types import PromptLogprob, SamplingParams
+from ..types import FinishEvent, FinishReason, PromptLogprob, SamplingParams, Usage
 from .repetition import NgramPenalty, RepetitionParams
 from .request import ConstraintPlan, GenerateRequest, Handle, Sink
 from .sampler import Sampler
@@ -147,3 +147,31 @@ class Sequence:
     @property
     def prefilling(self) -> bool:
         return self.n_past < self.n_prompt
+
+    def finish_event(
+        self, reason: FinishReason, message: str | None, n_extra: int, context_id: str | None
+    ) -> FinishEvent:
+        """The event that ends this request: usage (`n_extra` tokens sampled and billed but
+        not kept), the text held back for stop strings, timings and counts in `extra`."""
+        now = time.perf_counter()
+        t_first = self.t_first or now
+        spec = self.spec
+        extra = {
+            "prompt_ms": (t_first - self.t_admit) * 1000.0,
+            "generate_ms": (now - t_first) * 1000.0,
+            "queue_ms": (self.t_admit - self.handle.submitted) * 1000.0,
+            "decode_ms": self.decode_seconds * 1000.0,
+            "mask_steps": self.mask_steps,
+            "mask_ms": self.mask_seconds * 1000.0,
+            "context_id": context_id,
+            "closed_early": self.closed_early,
+            "draft_tokens": spec.drafted if spec is not None else 0,
+            "draft_accepted_tokens": spec.accepted if spec is not None else 0,
+        }
+        tail = "" if reason == "abort" else self.text.flush()
+        usage = Usage(self.n_prompt, self.n_generated + n_extra, self.n_cached)
+        scores = None
+        first = max(1, self.request.score_from)
+        if self.request.prompt_logprobs is not None and len(self.prompt_scores) == self.n_prompt - first:
+            scores = tuple(self.prompt_scores)
+        return FinishEvent(reason, usage, tail, message, extra, scores)

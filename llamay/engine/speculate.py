@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .draft_model import DraftModel, DraftTask
 from .sampling_step import Outcome, StepModel, sample_step
 from .sequence import Sequence
 
-__all__ = ["Budget", "CostFit", "Lookup", "SpecConfig", "SpecState", "Speculator", "draft", "verify"]
+__all__ = ["Budget", "CostFit", "Lookup", "SpecConfig", "SpecState", "Speculator", "depth", "verify"]
 
 
 @dataclass(frozen=True)
@@ -148,13 +149,15 @@ class Budget:
     decoding: int
     costs: tuple[float, float] | None
 
-    def depth(self, rate: float, limit: int) -> int:
+    def depth(self, rate: float, limit: int, extra: float = 0.0) -> int:
         """How many guessed drafts pay at acceptance `rate`: depth i while rate**i times a
-        token's cost in a plain step exceeds one row's cost."""
+        token's cost in a plain step exceeds one row's cost (plus `extra` seconds, what
+        making the guess costs, when the costs are known)."""
         if self.costs is None:
             fixed, per_row = 1.0, PRIOR_ROW_SHARE
         else:
             fixed, per_row = self.costs
+            per_row += extra
         token = fixed / max(1, self.decoding) + per_row
         ratio = per_row / token
         k, p = 0, 1.0
@@ -166,28 +169,19 @@ class Budget:
         return k
 
 
-def draft(
-    s: Sequence, state: SpecState, budget: Budget, config: SpecConfig, room: int
-) -> tuple[list[int], int]:
-    """The drafts to feed after `s`'s last token (at most `room`), and how many of them
-    are guesses (the rest, first, are tokens `s` is bound to take)."""
-    limit = min(room, config.max_draft)
-    if limit <= 0:
-        return [], 0
-    forced = _forced(s)[:limit]
-    if forced:
-        return forced, 0
-    depth = budget.depth(state.rate, limit)
-    if depth == 0:
-        state.idle += 1
-        if state.idle < PROBE_EVERY:
-            state.lookup.propose(s.tokens, 0)  # keep the index current
-            return [], 0
-        depth = 1
-    guesses = state.lookup.propose(s.tokens, depth)
-    if guesses:
+def depth(state: SpecState, budget: Budget, limit: int, extra: float = 0.0) -> int:
+    """Guessed drafts worth feeding (see Budget.depth, `extra` seconds per guess made); a
+    sequence that stopped guessing guesses one again every PROBE_EVERY steps, so a change in
+    its output (a passage to copy begins) is noticed."""
+    k = budget.depth(state.rate, limit, extra)
+    if k > 0:
         state.idle = 0
-    return guesses, len(guesses)
+        return k
+    state.idle += 1
+    if state.idle >= PROBE_EVERY:
+        state.idle = 0
+        return min(1, limit)
+    return 0
 
 
 def _forced(s: Sequence) -> list[int]:
@@ -223,10 +217,12 @@ def verify(
 
 class Speculator:
     """The engine's speculation across sequences: which drafts each decoding sequence feeds
-    this step (`plan`), and the counts after verification (`taken`). Engine thread only."""
+    this step (`plan`), and the counts after verification (`taken`). Engine thread only.
+    `drafter`: a draft model (engine/draft_model.py) guessing where prompt lookup has none."""
 
-    def __init__(self, config: SpecConfig) -> None:
+    def __init__(self, config: SpecConfig, drafter: DraftModel | None = None) -> None:
         self.config = config
+        self.drafter = drafter
         self.fit = CostFit()
         self.drafted = 0  # drafted positions fed, forced ones included
         self.accepted = 0  # of those, taken
@@ -238,20 +234,38 @@ class Speculator:
         token this step), within `room` extra rows and the context's `n_ctx` positions:
         index -> (drafts, guessed)."""
         out: dict[int, tuple[list[int], int]] = {}
-        if not self.config.enabled or room <= 0 or not decoding:
+        if not self.config.enabled or not decoding:
             return out
         budget = Budget(room, len(decoding), self.fit.costs())
+        asks: list[tuple[int, DraftTask]] = []
         for i in decoding:
             s = seqs[i]
             if s.spec is None:
                 s.spec = SpecState(Lookup(self.config.ngram_min, self.config.ngram_max))
-            limit = min(room, _left(s), n_ctx - s.n_tokens)
-            drafts, guessed = draft(s, s.spec, budget, self.config, limit)
-            if drafts:
-                out[i] = (drafts, guessed)
-                room -= len(drafts)
-                if room <= 0:
-                    break
+            limit = min(room, self.config.max_draft, _left(s), n_ctx - s.n_tokens)
+            if limit <= 0:
+                s.spec.lookup.propose(s.tokens, 0)  # keep its index current
+                continue
+            forced = _forced(s)[:limit]
+            if forced:
+                out[i] = (forced, 0)
+                room -= len(forced)
+                continue
+            guesses = s.spec.lookup.propose(s.tokens, depth(s.spec, budget, limit))
+            if guesses:
+                out[i] = (guesses, len(guesses))
+                room -= len(guesses)
+            elif self.drafter is not None and s.spec.idle == 0:
+                k = budget.depth(s.spec.rate, limit, self.drafter.per_token or 0.0)
+                if k:
+                    asks.append((i, DraftTask(s.seq_id, s.request.id, s.tokens, k)))
+                    room -= k
+        if asks:
+            assert self.drafter is not None
+            self.drafter.guess([task for _, task in asks])
+            for i, task in asks:
+                if task.out:
+                    out[i] = (task.out, len(task.out))
         return out
 
     def taken(self, s: Sequence, drafts: list[int], guessed: int, kept: int) -> None:
@@ -264,6 +278,11 @@ class Speculator:
         s.spec.drafted += len(drafts)
         s.spec.accepted += took
         s.spec.record(guessed, max(0, took - forced))
+
+    def retain(self, running: set[int]) -> None:
+        """Only the sequence ids in `running` are in use: a draft model forgets the rest."""
+        if self.drafter is not None:
+            self.drafter.retain(running)
 
 
 def _left(s: Sequence) -> int:

@@ -7,7 +7,8 @@ answer from the start is refused). The search is greedy over the grammar's own m
 fixed order of preference: what the grammar forces; then closers (`"}`, `]`, ...), so no
 string, array or object stays open longer than it must; then the shortest values (`0`,
 `""`, `[]`, `{}`, `null`, ...); and only then the lowest-numbered token the mask allows
-(for a key or a pattern nothing shorter fits). Any JSON object is closed before a new
+(for a key or a pattern nothing shorter fits; inside a string no closer may end yet, a short
+text matching one of the grammar's patterns is tried first, examples.py). Any JSON object is closed before a new
 optional key or item can open. Every token it picks comes from the mask, so whatever it
 returns is a valid continuation; it is a short completion, not provably the shortest.
 """
@@ -122,15 +123,21 @@ def shortest_completion(
     *,
     first: int | None = None,
     scan: JsonScan | Indented | None = None,
+    examples: tuple[tuple[int, ...], ...] = (),
 ) -> list[int] | None:
     """Tokens that take `matcher`'s state (after `first`, when given) to an accepting one,
     at most `limit` of them (not counting `first`); [] if it accepts already; None if none
     was found within `limit` or the state is in error. `scan` is where the text so far
     stands (None: at the start). Neither `matcher` nor `scan` is advanced.
 
-    Two greedy passes: by JSON preference, then (when that finds nothing, as for a grammar
-    that is not JSON) by the lowest token the mask allows; the shorter ending wins."""
+    Greedy passes, each only when the one before finds nothing: by JSON preference; the
+    same, writing `examples` (tokens of texts matching the grammar's patterns) where a
+    string may not close yet; by the lowest token the mask allows (a grammar that is not
+    JSON)."""
     found = _greedy(matcher, closing, limit, first, scan, prefer=True)
+    if found is None and examples:
+        # A string that no closer may end yet: a pattern wants some text first.
+        found = _greedy(matcher, closing, limit, first, scan, prefer=True, examples=examples)
     if found is None:
         found = _greedy(matcher, closing, limit, first, scan, prefer=False)
     return found
@@ -144,6 +151,7 @@ def _greedy(
     scan: JsonScan | Indented | None,
     *,
     prefer: bool,
+    examples: tuple[tuple[int, ...], ...] = (),
 ) -> list[int] | None:
     m = matcher.deep_copy()
     scan = scan.copy() if scan is not None else JsonScan()
@@ -168,6 +176,8 @@ def _greedy(
                 if prefer
                 else None
             )
+            if found is None and scan.in_string and examples:
+                found = _example(m, examples, closing)
             if found is None:
                 if mask is None:
                     mask = np.zeros((closing.vocab_size + 31) // 32, dtype=np.int32)
@@ -213,6 +223,23 @@ def _preferred(
         run = _take(m, token, scan, closing)
         if run is not None:
             return run
+    return None
+
+
+def _example(
+    m: llguidance.LLMatcher, examples: tuple[tuple[int, ...], ...], closing: ClosingTokens
+) -> list[int] | None:
+    """Inside a string no closer is allowed yet (a pattern wants text first): the first of
+    `examples` (texts matching the grammar's patterns, shortest first) that the grammar
+    takes whole and after which the string may close, consumed; else None."""
+    for run in examples:
+        if not run:
+            continue
+        taken = m.try_consume_tokens(list(run))
+        if taken == len(run) and any(m.validate_tokens([q]) == 1 for q in closing.in_string):
+            return list(run)
+        if taken:
+            m.rollback(taken)
     return None
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import GrammarError
 from .closing import ClosingTokens, JsonScan, closing_tokens, shortest_completion
+from .examples import pattern_examples
 from .layout import Indented
 from .runtime import byte_tokenizer, forbid, mask_tokens, matcher_error, parser_limits
 
@@ -40,6 +41,8 @@ class Compiled:
     spec_hash: str
     template: llguidance.LLMatcher
     compile_seconds: float
+    # Tokens of short strings matching the grammar's string patterns (see examples.py).
+    examples: tuple[tuple[int, ...], ...] = ()
 
     def matcher(self) -> llguidance.LLMatcher:
         """A fresh matcher at the start of the grammar (cheap: shares compiled state)."""
@@ -78,7 +81,10 @@ class CompileCache:
     def min_tokens(self, grammar: Grammar, limit: int) -> int | None:
         """Tokens of the shortest answer `grammar` allows that the search finds (None: more
         than `limit`, or none found). Compiles `grammar` on a miss."""
-        found = shortest_completion(self.get(grammar).template, self.closing, limit, scan=new_scan(grammar))
+        compiled = self.get(grammar)
+        found = shortest_completion(
+            compiled.template, self.closing, limit, scan=new_scan(grammar), examples=compiled.examples
+        )
         return None if found is None else len(found)
 
     def __len__(self) -> int:
@@ -127,7 +133,8 @@ def _compile(grammar: Grammar, tokenizer: llguidance.LLTokenizer) -> Compiled:
     error = matcher_error(matcher)
     if error is not None:
         raise GrammarError(f"grammar does not compile for this model: {error.strip()}", param=grammar.param)
-    return Compiled(grammar.spec_hash, matcher, elapsed)
+    examples = tuple(tuple(tokenizer.tokenize_bytes(e)) for e in pattern_examples(grammar.lark))
+    return Compiled(grammar.spec_hash, matcher, elapsed, examples)
 
 
 def new_scan(grammar: Grammar) -> JsonScan | Indented:
@@ -158,7 +165,9 @@ class Constraint:
         self.vocab_size = tokenizer.vocab_size
         self.eos_tokens = list(tokenizer.eos_tokens)
         self._n_words = (self.vocab_size + 31) // 32
-        self._matcher = cache.get(grammar).matcher()
+        compiled = cache.get(grammar)
+        self._matcher = compiled.matcher()
+        self._examples = compiled.examples
         self._error: str | None = None
         self._closing = cache.closing
         # Where the text consumed so far stands, for `completion` and, for the indented
@@ -264,7 +273,9 @@ class Constraint:
         tokens, or None (see `closing.shortest_completion`). Advances nothing."""
         if self._error is not None:
             return None
-        return shortest_completion(self._matcher, self._closing, limit, first=first, scan=self._scan)
+        return shortest_completion(
+            self._matcher, self._closing, limit, first=first, scan=self._scan, examples=self._examples
+        )
 
     def rollback(self, n_tokens: int) -> bool:
         """Undo the last `n_tokens` consumed tokens (for speculative decoding). The text's

@@ -12,7 +12,8 @@ soundly (with the options of `keywords.JSON_OPTIONS` / .shape), then handed to i
   become patterns;
 - assertions a grammar cannot express directly are rewritten where the rewrite is exact:
   `not` (.negation), provably exclusive `oneOf` (.oneof) as anyOf, if/then/else,
-  dependentRequired/dependentSchemas, unevaluated* without applicators;
+  dependentRequired/dependentSchemas, unevaluated* without applicators, and
+  unevaluatedProperties next to allOf/$ref members whose properties are known (.unevaluated);
 - what is left cannot be enforced: with strict=True that is a SchemaError naming the
   keyword and its JSON pointer; with strict=False it is dropped so the constraint only
   gets looser, and listed in `unenforced` as "keyword at /pointer".
@@ -39,6 +40,7 @@ from .keywords import COUNTS, ENFORCED, FORMAT_FIXES, FORMATS, UNSUPPORTED
 from .negation import Negation
 from .oneof import exclusive
 from .shape import Layout, Shape, Tightening, layout_options
+from .unevaluated import static_evaluated
 
 __all__ = [
     "SchemaError",
@@ -129,6 +131,7 @@ class _Compiler:
         self.unenforced: list[str] = []
         self.narrowed: list[str] = []
         self.pending: list[tuple[dict[str, Any], str]] = []
+        self.widen: dict[int, frozenset[str]] = {}  # id(out) -> names to add to its properties
         self.tight = Tightening() if shape == "tight" else None
 
     def cannot(self, keyword: str, path: str, reason: str) -> None:
@@ -215,6 +218,8 @@ class _Compiler:
                     extra.append(ref)
             else:
                 self.other(key, value, src, path, base, depth, extra, out)
+        for name in self.widen.pop(id(out), ()):
+            out.setdefault("properties", {}).setdefault(name, True)
         if not self.expand and len(out.get("patternProperties", {})) > 1:
             # Fallback: llguidance needs disjoint patterns. Any extra key may then take a
             # value valid under any pattern's schema or additionalProperties (looser).
@@ -381,9 +386,22 @@ class _Compiler:
         applicators = ("allOf", "anyOf", "oneOf", "$ref", "$dynamicRef", "$recursiveRef", "if",
                        "dependentSchemas", "contains", "dependencies")  # fmt: skip
         if any(k in src for k in applicators):
-            self.cannot(key, path, "annotation-dependent keywords are not supported next to applicators")
+            known = None
+            if key == "unevaluatedProperties":
+                known = static_evaluated(src, base, self._target)
+            if known is None or known.patterns:
+                self.cannot(key, path, "annotation-dependent keywords are not supported next to applicators")
+            elif not known.every and plain not in src:
+                # The members' names become the object's own (any value: the members still
+                # constrain it), and everything else is "additional".
+                out[plain] = self.walk(value, pointer(path, key), base, depth + 1, True)
+                self.widen[id(out)] = known.names
         elif plain not in src:
             out[plain] = self.walk(value, pointer(path, key), base, depth + 1, True)
+
+    def _target(self, ref: str, base: str) -> tuple[Any, str] | None:
+        found = self.resolver.resolve(ref, base)
+        return None if found is None else (found[0], found[1])
 
 
 def _simple(key: str, value: Any, path: str) -> Any:

@@ -3,10 +3,11 @@ the engine thread and the chat template, as one `LoadedModel` that closes them t
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,9 +19,12 @@ from ..errors import Conflict
 from ..kv.manager import KvManager
 from ..kv.storelock import StoreBusy
 
+log = logging.getLogger("llamay.runtime")
+
 if TYPE_CHECKING:  # llama.cpp is loaded by load_model, not by importing this module
     from ..backend.context import Context
     from ..backend.model import Model, ModelInfo
+    from ..engine.draft_model import DraftModel
     from ..engine.engine import Engine
 
 __all__ = [
@@ -169,7 +173,13 @@ def load_model(
         fair=config.admission == "fair",
         speculate=speculate,
     )
-    engine = Engine(model, ctx, settings, kv)
+    try:
+        drafter = load_drafter(config, model, ctx) if speculate.enabled else None
+    except BaseException:
+        ctx.close()
+        model.close()
+        raise
+    engine = Engine(model, ctx, settings, kv, drafter)
     try:
         # Building it detects the traits.
         loaded = LoadedModel(name, model, ctx, engine, template, sha256, tool_template=tool_template)
@@ -181,6 +191,33 @@ def load_model(
         ctx.close()
         model.close()
         raise
+
+
+def load_drafter(config: RuntimeConfig, target: Model, target_ctx: Context) -> DraftModel | None:
+    """The draft model `config.draft` names, with a context beside `target_ctx`'s; None (and
+    a warning) when none is set or its tokenizer is not the target's."""
+    if config.draft is None:
+        return None
+    from ..backend.context import Context
+    from ..backend.model import Model
+    from ..engine.draft_model import DraftModel, same_tokenizer
+    from ..store import ModelStore
+
+    path = ModelStore(config.home).resolve(config.draft).path
+    model = Model(path)
+    if not same_tokenizer(model, target):
+        log.warning(
+            "draft model %s does not share this model's tokenizer: speculation runs without it", config.draft
+        )
+        model.close()
+        return None
+    c = target_ctx.config
+    try:
+        ctx = Context(model, replace(c, n_batch=min(256, c.n_batch), type_kv="f16"))
+    except BaseException:
+        model.close()
+        raise
+    return DraftModel(model, ctx)
 
 
 def model_variance(path: Path, kv_type: str) -> tuple[str, ...]:

@@ -5,7 +5,7 @@ import { json } from './api.js';
 import { $ } from './dom.js';
 
 const KEEP = 150; // samples: 5 minutes at one per 2 s
-const series = { tps: [], queue: [], kv: [], hit: [] };
+const series = { tps: [], queue: [], kv: [], hit: [], draft: [] };
 let timer = null;
 let admin = false;
 let last = null;
@@ -50,6 +50,11 @@ function plot(canvas, values, max) {
   ctx.stroke();
 }
 
+// A per-model counter of /v1/stats summed over the loaded models.
+function sum(stats, key) {
+  return stats.models.reduce((a, m) => a + (m[key] || 0), 0);
+}
+
 async function sample() {
   try {
     const now = performance.now() / 1000;
@@ -63,8 +68,15 @@ async function sample() {
         const cached = s.models.reduce((a, m) => a + m.cached_tokens, 0) - last.cached;
         push('tps', dt > 0 ? Math.max(0, gen / dt) : 0);
         push('hit', prompt > 0 ? cached / prompt : (series.hit.at(-1) ?? 0));
+        const drafted = sum(s, 'draft_tokens') - last.drafted;
+        const taken = sum(s, 'draft_accepted_tokens') - last.taken;
+        push('draft', drafted > 0 ? taken / drafted : (series.draft.at(-1) ?? 0));
       }
-      last = { t: now, out: s.tokens_out, in: s.tokens_in, cached: s.models.reduce((a, m) => a + m.cached_tokens, 0) };
+      last = {
+        t: now, out: s.tokens_out, in: s.tokens_in, cached: sum(s, 'cached_tokens'),
+        drafted: sum(s, 'draft_tokens'), taken: sum(s, 'draft_accepted_tokens'),
+      };
+      $('#st-draft').textContent = `${last.taken} of ${last.drafted} overall`;
       push('queue', s.queue_depth);
       push('kv', s.kv_cells_used);
       $('#st-kv').textContent = `${s.kv_cells_used} of ${kvTotal}`;
@@ -83,6 +95,7 @@ async function sample() {
     if (admin) {
       plot($('#chart-tps'), series.tps);
       plot($('#chart-hit'), series.hit, 1);
+      plot($('#chart-draft'), series.draft, 1);
     }
     $('#status-note').textContent = 'Sampled every 2 s; the last 5 minutes.';
   } catch (err) {

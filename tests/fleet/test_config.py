@@ -68,7 +68,8 @@ def test_a_replica_builds_exactly_the_config_fleet_up_parsed(
     monkeypatch.setenv("LLAMAY_API_KEY", "k-env-admin")
     serve_flags = ["-m", str(tiny_model_path), "-flash-attn", "off", "-ctx", "512", "-threads", "1",
                    "-concurrency", "3", "-temp", "0.5", "-finish-tool", "auto", "-max-loaded", "3",
-                   "-keepalive", "90s", "-body-timeout", "30s", "-cache-ram", "0", "-keys", str(keys)]  # fmt: skip
+                   "-keepalive", "90s", "-body-timeout", "30s", "-cache-ram", "0", "-keys", str(keys),
+                   "-draft-max", "3", "-draft", str(tiny_model_path)]  # fmt: skip
     as_serve = config_from_args(build_parser().parse_args(["serve", *serve_flags]))
     spec = fleet_spec(build_parser().parse_args(["fleet", "up", "-replicas", "1", "-state", str(tmp_path / "state"),
                                                  *serve_flags]))  # fmt: skip
@@ -87,5 +88,7 @@ def test_a_replica_builds_exactly_the_config_fleet_up_parsed(
         assert {state.keys.authenticate(k).name for k in ("k-root", "k-env-admin")} == {"root", "admin"}
         lm = replica.runtime.get(None)
         assert lm.ctx.config.flash_attn is False and lm.engine.n_ctx == 512 and lm.ctx.config.n_threads == 1
+        spec = lm.engine.speculator  # speculation, with the draft model, on every replica
+        assert spec.config.enabled and spec.config.max_draft == 3 and spec.drafter is not None
     finally:
         asyncio.run(replica.__del__())  # the replica's own stop, as Ray runs it

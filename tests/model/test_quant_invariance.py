@@ -74,3 +74,32 @@ def test_a_prefix_cache_hit_gives_the_logits_of_a_cold_run(model: Model) -> None
 
 def test_a_restored_sequence_continues_with_the_logits_it_would_have_had(model: Model) -> None:
     check_restore(model)
+
+
+def test_speculation_changes_no_token(model: Model) -> None:
+    """Speculative decoding rests on this invariance: a position's logits are the same in a
+    step of its own and among drafted positions, so on every quantisation the tokens and
+    log-probabilities are those of decoding without it, guesses taken or refused."""
+    from .test_speculate import make_engine, request, run, run_together
+
+    # This model's logits are steep: a strong bias narrows it to four tokens, a high
+    # temperature makes its draws among them vary.
+    few = tuple((t, 300.0) for t in (40, 41, 42, 43))
+    reqs = [
+        request(model, "The little dog", n=48, temperature=3.0, seed=s, logprobs=True, logit_bias=few)
+        for s in (1, 2, 3)
+    ]
+    reqs.append(request(model, "A cat sat", n=48, logprobs=True, logit_bias=few))
+    off = make_engine(model, speculate=False)
+    try:
+        want = [run(off, r) for r in reqs]
+    finally:
+        off.close()
+    on = make_engine(model, speculate=True)
+    try:
+        got = run_together(on, reqs)
+    finally:
+        on.close()
+    for g, w in zip(got, want, strict=True):
+        assert (g.tokens, g.logprobs, g.text) == (w.tokens, w.logprobs, w.text)
+    assert sum(g.taken for g in got) > 0 and any(g.taken < g.drafted for g in got)
