@@ -1,6 +1,7 @@
 """Answers that finish: the default output budget, and constrained answers under max_tokens.
 
     python -m bench.finish [--model smollm2:135m] [--prompts 40] [--json-runs 20] [--schemas 12]
+                           [--chat-template FILE] [--only free,readme_json,schemas]
 
 Starts one `llamay serve` on the model (from $LLAMAY_HOME's store) and measures, printing JSON:
 
@@ -286,11 +287,17 @@ def main() -> None:
     p.add_argument("--natural", type=int, default=1024, help="max_tokens of the baselines' unhurried answers")
     p.add_argument("--max-tokens", type=int, default=2048, help="the server's default output budget")
     p.add_argument("--only", default="", help="comma-separated parts: free, readme_json, schemas (default: all)")
+    p.add_argument(
+        "--chat-template",
+        default=None,
+        help="a Jinja chat template for a model that has none (a base model such as gemma3:270m)",
+    )
     args = p.parse_args()
     load = os.getloadavg()
     port = free_port()
+    extra = ["-chat-template", str(Path(args.chat_template).absolute())] if args.chat_template else []
     argv = llamay_serve_argv(
-        args.model, port, "-max-tokens", str(args.max_tokens), "-concurrency", str(args.concurrency)
+        args.model, port, "-max-tokens", str(args.max_tokens), "-concurrency", str(args.concurrency), *extra
     )
     with start_server("llamay", argv, port) as server:
         result = asyncio.run(main_async(args, server.base_url, args.max_tokens))
@@ -300,6 +307,7 @@ def main() -> None:
         "model": args.model,
         "default_budget": args.max_tokens,
         "concurrency": args.concurrency,
+        "chat_template": args.chat_template,
     }
     result["machine"] = machine_info(load, "the machine was busy: times are slower than on an idle one")
     print_json(result)
