@@ -20,6 +20,7 @@ from ..kv.contexts import ContextRecord
 from ..kv.seqstate import StateFile
 from ..kv.snapshot import SnapshotHeader, check_model
 from ..types import SamplingParams
+from .journal import record
 from .pipeline import Held, NewContext, Prompt, RunSpec, start
 
 if TYPE_CHECKING:
@@ -98,11 +99,14 @@ class ContextService:
     async def fork(self, cid: str, n: int, check: Check = _allow) -> tuple[LoadedModel, list[ContextRecord]]:
         """`n` new contexts holding what `cid` holds (sharing its KV)."""
         lm, _ = await self.find(cid, check)
-        return lm, await self._on_engine(lm, lm.engine.kv.fork, cid, n)
+        made = await self._on_engine(lm, lm.engine.kv.fork, cid, n)
+        await record(*(r.id for r in made))
+        return lm, made
 
     async def delete(self, cid: str, check: Check = _allow) -> None:
         lm, _ = await self.find(cid, check)
         await self._on_engine(lm, lm.engine.kv.delete, cid)
+        await record(cid)
 
     async def snapshot(
         self, cid: str, check: Check = _allow, key: bytes | None = None
@@ -119,8 +123,10 @@ class ContextService:
         *,
         owner: str | None | Literal["header"] = "header",
         namespace: str | None = None,
+        cid: str | None = None,
     ) -> ContextRecord:
-        """A new context on `lm` from a snapshot read with `kv.snapshot.read_snapshot` (or
+        """A new context on `lm` (under a new id, or `cid`, which a fleet moving a context
+        keeps: Conflict if taken) from a snapshot read with `kv.snapshot.read_snapshot` (or
         streamed to a `StateFile` by the restore route): the snapshot must be of this model
         and fit its context. It is owned by `owner` (by default the header's) in prefix-cache
         `namespace` (by default the current request's: never SHARED unless the caller decided
@@ -133,7 +139,7 @@ class ContextService:
                 f"the snapshot holds {len(header.tokens)} tokens; this context holds {lm.engine.n_ctx}"
             )
         kv = lm.engine.kv
-        return await self._on_engine(
+        rec = await self._on_engine(
             lm,
             lambda: kv.restore(
                 header,
@@ -141,8 +147,11 @@ class ContextService:
                 owner=header.owner if owner == "header" else owner,
                 namespace=CURRENT_NAMESPACE.get() if namespace is None else namespace,
                 check_state=kv.check_state,
+                cid=cid,
             ),
         )
+        await record(rec.id)
+        return rec
 
     @asynccontextmanager
     async def reserve(self, lm: LoadedModel, cid: str, check: Check = _allow) -> AsyncIterator[Held]:

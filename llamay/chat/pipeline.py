@@ -37,6 +37,7 @@ from ..grammar.report import check
 from ..kv.pool import SHARED
 from ..types import ErrorEvent, FinishEvent, SamplingParams, StopSpec, TokenEvent, Usage
 from .flow import ChatSetup, Piece, check_room, output_limit, wanted_limit
+from .journal import JOURNAL, record
 from .prepare import Knobs, Prepared, Prompt, align_prompt, chat_prompt, sampling_defaults, text_prompt
 from .tools import ToolCall
 
@@ -232,6 +233,8 @@ class Generation:
         # Choice i is choice i % n of prompt i // n.
         self._splits = [_Split(prompts[i // spec.n].setup) for i in range(len(streams))]
         self._kept: list[list[TokenEvent]] = [[] for _ in streams]
+        # Taken where the request submitted it: its answer waits for the journal (journal.py).
+        self._journal = JOURNAL.get()
 
     @property
     def prompt(self) -> Prompt:
@@ -251,6 +254,9 @@ class Generation:
                     self._kept[i].append(ev)
                 yield Delta(i, split.token(split.push(ev.text)), ev)
             elif isinstance(ev, FinishEvent):
+                cid = ev.extra.get("context_id")
+                if isinstance(cid, str):  # a session turn or a new context: durable first
+                    await record(cid, journal=self._journal)
                 pieces = split.push(ev.text) + split.finish()
                 yield Done(await self._choice(i, ev), pieces)
             elif isinstance(ev, ErrorEvent):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -114,11 +115,14 @@ class Contexts:
         owner: str | None,
         marking: str | None,
         namespace: str = "",
+        *,
+        cid: str | None = None,
     ) -> ContextRecord:
-        """A finished sequence becomes a new context's pinned holder, in `namespace`."""
+        """A finished sequence becomes a new context's pinned holder, in `namespace`, under
+        id `cid` (by default a new one)."""
         self.pool.keep(seq, tokens[:n_kv], pins=1, namespace=namespace)
         rec = ContextRecord(
-            _new_id(), list(tokens), n_kv, owner, marking, time.time(), holder=seq, namespace=namespace
+            cid or _new_id(), list(tokens), n_kv, owner, marking, time.time(), holder=seq, namespace=namespace
         )
         self.records[rec.id] = rec
         return rec
@@ -229,9 +233,11 @@ class Contexts:
         owner: str | None,
         namespace: str,
         check_state: Callable[[bytes | StateFile], int] | None = None,
+        cid: str | None = None,
     ) -> ContextRecord:
         """A new context from a snapshot, owned by `owner` in `namespace` (the caller
-        decides what a snapshot is trusted with). `check_state` (the state's cell count, or
+        decides what a snapshot is trusted with), under a new id or, given one, `cid` (a
+        fleet moving a context keeps its id; Conflict if this cache already has it). `check_state` (the state's cell count, or
         InvalidRequest) runs first, so a state llama.cpp would reject never makes cached
         prefixes or idle contexts give way: only a well-formed one that finds no free run of
         cells does, and if it still finds none, that is Overloaded (503). A StateFile is
@@ -240,8 +246,8 @@ class Contexts:
             if check_state is None:
                 raise ValueError("a StateFile is loaded only after check_state (see seqstate.StateFile)")
             with state.held() as held:
-                return self._restore(header, held, acquire, owner, namespace, check_state)
-        return self._restore(header, state, acquire, owner, namespace, check_state)
+                return self._restore(header, held, acquire, owner, namespace, check_state, cid)
+        return self._restore(header, state, acquire, owner, namespace, check_state, cid)
 
     def _restore(
         self,
@@ -251,7 +257,10 @@ class Contexts:
         owner: str | None,
         namespace: str,
         check_state: Callable[[bytes | StateFile], int] | None,
+        cid: str | None = None,
     ) -> ContextRecord:
+        if cid is not None and (cid in self.records or not _ID.fullmatch(cid)):
+            raise Conflict(f"context '{cid}' exists here already or is not a context id")
         if check_state is not None:
             n_cells = check_state(state)
             if n_cells > len(header.tokens):
@@ -266,7 +275,7 @@ class Contexts:
         if n_kv > len(header.tokens):
             self.pool.release(seq)
             raise InvalidRequest("the snapshot's KV state holds more positions than its tokens")
-        return self.adopt(seq, header.tokens, n_kv, owner, header.marking, namespace)
+        return self.adopt(seq, header.tokens, n_kv, owner, header.marking, namespace, cid=cid)
 
     # -- persistence -------------------------------------------------------------------
     def save_all(self) -> None:
@@ -355,6 +364,9 @@ class Contexts:
         shutdown; a spill under KV pressure only needs to survive the process)."""
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_atomic(path, write_snapshot(self._header(rec), state), durable=durable)  # mode 0600
+
+
+_ID = re.compile(r"ctx_[0-9a-f]{24}")
 
 
 def _new_id() -> str:

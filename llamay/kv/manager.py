@@ -307,8 +307,9 @@ class KvManager:
         owner: str | None = None,
         namespace: str = "",
         check_state: Callable[[bytes | StateFile], int] | None = None,
+        cid: str | None = None,
     ) -> ContextRecord:
-        """A new context from a snapshot's header and state (its bytes, or a StateFile that
+        """A new context (under a new id, or `cid`: see `Contexts.restore`) from a snapshot's header and state (its bytes, or a StateFile that
         llama.cpp reads from disk; the caller checked the model and decided its owner and
         namespace): InvalidRequest when `check_state` refuses the state, Overloaded when no
         id or KV room can be made for it.
@@ -321,7 +322,7 @@ class KvManager:
         if isinstance(state, StateFile) and self._own_layout() is None:
             state = state.read()
         return self.contexts.restore(
-            header, state, self.acquire, owner=owner, namespace=namespace, check_state=check_state
+            header, state, self.acquire, owner=owner, namespace=namespace, check_state=check_state, cid=cid
         )
 
     def check_state(self, state: bytes | StateFile) -> int:
