@@ -165,10 +165,12 @@ def _base_protocol() -> type[asyncio.Protocol]:
         return H11Protocol
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, *, share: bool = False) -> socket.socket:
     """A socket bound to host:port (the first address `host` resolves to), not yet
     listening: binding first lets `serve` say it is serving only once the port is its own.
-    OSError with a plain message when the address is taken or cannot be used."""
+    OSError with a plain message when the address is taken or cannot be used. `share`
+    (SO_REUSEPORT): other sockets of this user that set it too may bind the same address,
+    and the kernel spreads connections over them (fleet ingresses of nodes on one host)."""
     try:
         family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as exc:
@@ -176,6 +178,8 @@ def bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if share:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(addr)
     except OSError as exc:
         sock.close()

@@ -52,6 +52,12 @@ def add_parser(sub: Any) -> None:
     flag(up, "router", default="llamay", choices=["llamay", "ray"],
          help="llamay (context, prefix and model affinity) or ray (Ray Serve's default)")  # fmt: skip
     flag(up, "ray-cpus", dest="ray_cpus", type=int, default=None, help="CPUs of a local Ray cluster")
+    flag(up, "durable", default="on", choices=["on", "off"],
+         help="with -state: answer a context change only once it is saved there (default on); "
+              "off: saved within a second")  # fmt: skip
+    flag(up, "ingresses", type=int, default=None,
+         help="HTTP endpoints, at most one per node (default: one on every node, following nodes "
+              "as they come and go)")  # fmt: skip
     # Every serve flag: each replica builds the ServerConfig they make (see fleet_spec).
     add_server_flags(up, {"model": "model name or .gguf path (default: smollm2:135m)",
                           "addr": "HOST:PORT of the fleet's HTTP endpoint",
@@ -178,6 +184,8 @@ def fleet_spec(args: argparse.Namespace, config: ServerConfig | None = None) -> 
     config = config or config_from_args(args)
     if args.replicas < 1:
         raise ConfigError("-replicas must be at least 1")
+    if args.ingresses is not None and args.ingresses < 1:
+        raise ConfigError("-ingresses must be at least 1")
     name, path, sha = resolve_model(config.model)
     if args.state:
         args.state.mkdir(parents=True, exist_ok=True)
@@ -193,6 +201,8 @@ def fleet_spec(args: argparse.Namespace, config: ServerConfig | None = None) -> 
         min_replicas=args.min_replicas,
         max_replicas=args.max_replicas,
         target_ongoing=args.target_ongoing,
+        durable=args.durable == "on",
+        ingresses=args.ingresses,
     )
 
 

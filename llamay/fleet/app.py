@@ -1,8 +1,8 @@
-"""Build and run a fleet as a Ray Serve application: N replica deployments behind one ingress.
+"""Build and run a fleet as a Ray Serve application: N replicas behind an ingress on every node.
 
 The process that calls `run_fleet` owns the application: it deploys it, applies the scale and
-down requests the ingress receives (POST /v1/fleet/scale, /v1/fleet/down), and takes the
-application down when it stops."""
+down requests the ingresses receive (POST /v1/fleet/scale, /v1/fleet/down), keeps one ingress
+per live node as nodes come and go, and takes the application down when it stops."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from typing import Any
 from .spec import INGRESS_NAME, REPLICA_NAME, FleetSpec
 from .trust import local_ray_options, private_ray_token
 
-__all__ = ["build_app", "deploy", "run_fleet", "start_ray", "wait_replicas"]
+__all__ = ["build_app", "deploy", "live_nodes", "run_fleet", "start_ray", "wait_replicas"]
 
 log = logging.getLogger("llamay.fleet")
 ROUTER_STATS_PERIOD = 1.0  # seconds between replicas' routing stats (models, contexts, load)
+NODE_CHECK_EVERY = 2.0  # seconds between `run_fleet`'s looks at which nodes are up
 
 
 def _replica_options(spec: FleetSpec) -> dict[str, Any]:
@@ -71,19 +72,23 @@ def build_app(spec: FleetSpec) -> Any:
     from .ingress import LlamayIngress
     from .replica import LlamayReplica
 
-    # The deployments' arguments and versions leave the replica count out: with the same
-    # version a scale only changes num_replicas, and Ray restarts neither the replicas nor
-    # the ingress (whose routing knowledge lives in its process). serve.run gives a
-    # deployment without a version a random one (a rolling update on every call), and
-    # Ray 2.60's options() no longer takes one, so it is set on the attribute serve.run reads.
-    same = replace(spec, replicas=0)
+    # The deployments' arguments and versions leave the replica and ingress counts out:
+    # with the same version a scale only changes num_replicas, and Ray restarts neither the
+    # replicas nor the ingresses. serve.run gives a deployment without a version a random
+    # one (a rolling update on every call), and Ray 2.60's options() no longer takes one, so
+    # it is set on the attribute serve.run reads (`tests/fleet/test_ray_surface.py`).
+    same = replace(spec, replicas=0, ingresses=None)
     version = hashlib.sha256(repr(same).encode()).hexdigest()[:16]
     deployment: Any = serve.deployment  # its overloads hide .options from mypy
     replica = deployment(LlamayReplica).options(**_replica_options(spec))
     ingress = deployment(LlamayIngress).options(
         name=INGRESS_NAME,
-        num_replicas=1,
-        ray_actor_options={"num_cpus": 0, **_here()},
+        # One per node, as Ray Serve's own proxies run: a client (or a load balancer) that
+        # can reach any live node reaches the fleet. They share no state of their own: what
+        # routing knows comes from the replicas' reports (`replica.record_routing_stats`).
+        num_replicas=ingress_count(spec),
+        max_replicas_per_node=1,
+        ray_actor_options={"num_cpus": 0},
         max_ongoing_requests=1000,
         health_check_period_s=2,  # also what starts context recovery (check_health)
     )
@@ -91,14 +96,17 @@ def build_app(spec: FleetSpec) -> Any:
     return ingress.bind(replica.bind(same), same)
 
 
-def _here() -> dict[str, Any]:
-    """Actor options that place the ingress (the fleet's HTTP endpoint) on this node, where
-    the user asked for the address; nothing when Ray is not running here (a dry build)."""
+def live_nodes() -> int:
+    """Nodes of the Ray cluster that are up now (1 when Ray is not running here)."""
     import ray
 
     if not ray.is_initialized():
-        return {}
-    return {"resources": {f"node:{ray.util.get_node_ip_address()}": 0.001}}
+        return 1
+    return max(1, sum(1 for n in ray.nodes() if n.get("Alive")))
+
+
+def ingress_count(spec: FleetSpec) -> int:
+    return spec.ingresses if spec.ingresses is not None else live_nodes()
 
 
 def start_ray(
@@ -157,11 +165,21 @@ def run_fleet(spec: FleetSpec, on_ready: Callable[[], None] | None = None, poll:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    follow_nodes = spec.ingresses is None  # one ingress per live node, as nodes come and go
+    spec = replace(spec, ingresses=ingress_count(spec))
     handle = deploy(spec)
     if on_ready:
         on_ready()
+    checked = time.monotonic()
     try:
         while not stop.wait(poll):
+            if follow_nodes and time.monotonic() - checked >= NODE_CHECK_EVERY:
+                checked = time.monotonic()
+                nodes = live_nodes()
+                if nodes != spec.ingresses:
+                    log.info("nodes changed", extra={"nodes": nodes, "ingresses": spec.ingresses})
+                    spec = replace(spec, ingresses=nodes)
+                    handle = _run(spec)
             try:
                 wanted = handle.take_control.remote().result(timeout_s=10)
             except Exception:

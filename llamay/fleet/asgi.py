@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..chat.journal import JOURNAL, Journal
+
 __all__ = ["Forwarded", "Head", "Lifespan", "call_asgi"]
 
 
@@ -39,14 +41,18 @@ class Head:
 
 
 async def call_asgi(
-    app: Any, req: Forwarded, extra_headers: tuple[tuple[bytes, bytes], ...] = ()
+    app: Any,
+    req: Forwarded,
+    extra_headers: tuple[tuple[bytes, bytes], ...] = (),
+    journal: Journal | None = None,
 ) -> AsyncIterator[Head | bytes]:
     """Yield the response's `Head` (carrying whatever body the app had already sent, and
     whether that is all of it), then each further non-empty body chunk as the app sends it.
 
     Contract: the body is given to the app in one `http.request` message; if the consumer
     stops iterating (the caller went away), the app sees `http.disconnect` and its task is
-    cancelled, so a generation it started is aborted, as with a direct client."""
+    cancelled, so a generation it started is aborted, as with a direct client. `journal`
+    is the request's (`chat.journal`): its answer waits until what it changed is durable."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -78,6 +84,7 @@ async def call_asgi(
         await out.put(message)
 
     async def run() -> None:
+        JOURNAL.set(journal)  # this task's own copy of the context: nothing leaks out
         try:
             await app(scope, receive, send)
         finally:

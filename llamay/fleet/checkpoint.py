@@ -11,6 +11,7 @@ import shutil
 import time
 from pathlib import Path
 
+from ..kv.storelock import write_atomic
 from .trust import private_dir, write_private
 
 __all__ = ["Checkpoints", "orphans"]
@@ -36,10 +37,11 @@ class Checkpoints:
         self._ready()
         write_private(self.folder / "alive", str(time.time()).encode())
 
-    def write(self, cid: str, data: bytes) -> None:
-        """Write a context's snapshot (signed by the caller: see `trust`), mode 0600."""
+    def write(self, cid: str, data: bytes, *, durable: bool = False) -> None:
+        """Write a context's snapshot (signed by the caller: see `trust`), mode 0600;
+        `durable` waits for the disk (file and folder) before it returns."""
         self._ready()
-        write_private(self.folder / f"{cid}{SUFFIX}", data)
+        write_atomic(self.folder / f"{cid}{SUFFIX}", data, durable=durable)
 
     def remove(self, cid: str) -> None:
         (self.folder / f"{cid}{SUFFIX}").unlink(missing_ok=True)

@@ -134,7 +134,10 @@ class LlamayIngress:
             return
         from ..api.serving import _base_protocol, bind, guarded_protocol
 
-        sock = bind(self.spec.host, self.spec.port)  # a busy port fails here, plainly
+        # A busy port fails here, plainly; only ingresses of nodes that share this host
+        # (several Ray nodes on one machine) share the address, and the kernel spreads
+        # connections over them.
+        sock = bind(self.spec.host, self.spec.port, share=await asyncio.to_thread(nodes_share_host))
         config = uvicorn.Config(
             self.asgi,
             http=guarded_protocol(_base_protocol(), header_timeout=self.limits.header_timeout),
@@ -201,7 +204,7 @@ class LlamayIngress:
             if (
                 found is None
                 and self.recovery is not None
-                and (self.know.holder_lost(hint.context) or self.recovery.pending(hint.context))
+                and await asyncio.to_thread(self.recovery.waiting, hint.context)
             ):
                 return error_response(
                     path, 503, f"context '{hint.context}' is being restored; retry shortly", "2"
@@ -422,7 +425,7 @@ class LlamayIngress:
         for local, data in items:
             fid = self.know.fleet_id(source, local)
             try:
-                uid, new = await self.replicas.import_context.remote(RouteHint(), data)
+                uid, new = await self.replicas.import_context.remote(RouteHint(), data, fid)
             except Exception:
                 log.exception("moving a context failed", extra={"context": fid})
                 continue
@@ -431,6 +434,18 @@ class LlamayIngress:
         if self.recovery is not None:
             self.recovery.save_aliases()
         return moved
+
+
+def nodes_share_host() -> bool:
+    """Whether another live Ray node runs on this node's address (several nodes on one
+    machine, as in a test cluster)."""
+    import ray
+
+    try:
+        me = ray.util.get_node_ip_address()
+        return sum(1 for n in ray.nodes() if n.get("Alive") and n.get("NodeManagerAddress") == me) > 1
+    except Exception:
+        return False
 
 
 class QuietServer(uvicorn.Server):

@@ -1,10 +1,13 @@
 """Bringing back the contexts of replicas that died, from their checkpoints.
 
-Runs in the ingress when the fleet has a state directory. Every `checkpoint_every` seconds it
-looks for checkpoint folders of replicas that are not live and silent for `stale_after`
-(`checkpoint.orphans`), restores each context on a live replica, records where it went under
-its fleet-wide id, and removes the folder. Aliases (fleet id -> replica, local id) are kept in
-`<state>/aliases.json`, so a new ingress on the same directory still resolves moved ids."""
+Runs in every ingress when the fleet has a state directory; one at a time sweeps (a lock file
+in the state directory), the others only note which ids are pending. Every `checkpoint_every`
+seconds a sweep looks for checkpoint folders of replicas that are not live and silent for
+`stale_after` (`checkpoint.orphans`), restores each context on a live replica under its own
+id (durably: the new holder has checkpointed it before the old file goes), and removes the
+folder. Every ingress then finds the context in its new holder's reports. Aliases (fleet id
+-> replica, local id) of contexts moved by older versions, which gave a moved context a new
+id, are still read from `<state>/aliases.json`."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ..filelock import FileLock
 from .checkpoint import orphans, saved
 from .hints import RouteHint
 from .routing import FleetKnowledge
@@ -36,6 +40,7 @@ class Recovery:
         self.root = Path(spec.state_dir) / "checkpoints"
         self.aliases = Path(spec.state_dir) / "aliases.json"
         self.homes = Path(spec.state_dir) / "replicas"
+        self.lock = FileLock(Path(spec.state_dir) / "recovery.lock", mode=0o600)
         self.restored = 0
         self._pending: set[str] = set()
         self._load_aliases()
@@ -74,6 +79,16 @@ class Recovery:
         (its requests get 503 + Retry-After until it is, rather than a 404)."""
         return fid in self._pending
 
+    def waiting(self, fid: str) -> bool:
+        """Whether a request for `fid`, found on no live replica, should wait (503 +
+        Retry-After) rather than meet a 404: it is pending, or it was learned on a replica
+        that is gone and whose checkpoints are not yet all restored. (Reads the state
+        directory: call it off the event loop.)"""
+        if self.pending(fid):
+            return True
+        found = self.know.learned(fid)
+        return found is not None and self.know.holder_lost(fid) and (self.root / found[0]).is_dir()
+
     def _scan(self, live: set[str]) -> None:
         found: set[str] = set()
         if self.root.is_dir():
@@ -83,18 +98,33 @@ class Recovery:
         self._pending = found
 
     async def sweep(self) -> int:
-        """One pass; the number of contexts restored."""
+        """One pass, unless another ingress is sweeping; the number of contexts restored."""
         live = {v.uid for v in self.know.live()}
         if not live:
             return 0
         self._scan(live)
+        if not self.lock.acquire(wait=False):
+            return 0
+        try:
+            return await self._sweep(live)
+        finally:
+            self.lock.release()
+
+    async def _sweep(self, live: set[str]) -> int:
         done = 0
         for folder in orphans(self.root, live, self.spec.stale_after):
             failed = False
             for local, path in saved(folder):
                 fid = self.know.fleet_id(folder.name, local)
+                there = self.know.holder(fid, self.know.live())
+                if there is not None and there[0] != folder.name:
+                    # Restored by an earlier sweep that stopped before removing the file.
+                    path.unlink(missing_ok=True)
+                    self._pending.discard(fid)
+                    continue
                 try:
-                    uid, new = await self.replicas.import_context.remote(RouteHint(), path.read_bytes())
+                    data = await asyncio.to_thread(path.read_bytes)
+                    uid, new = await self.replicas.import_context.remote(RouteHint(), data, fid)
                 except Exception:
                     log.exception("restoring a checkpointed context failed", extra={"context": fid})
                     failed = True

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import tempfile
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,10 @@ __all__ = ["LlamayReplica"]
 
 log = logging.getLogger("llamay.fleet")
 MAX_REPORTED_CONTEXTS = 20_000  # ids sent in routing stats; more are learned from responses
+# Prompt-prefix block hashes a replica reports as recently sent to it (most recent kept):
+# every ingress's router reads them, so ingresses share where prefixes went, and one that
+# starts again knows it within a stats period. 4,096 blocks of 128 bytes: ~0.5 MB of prompts.
+MAX_REPORTED_PREFIXES = 4096
 
 
 def _replica_id() -> tuple[str, str]:
@@ -60,6 +65,10 @@ class LlamayReplica:
         self._started = False
         self._ckpt_task: asyncio.Task[None] | None = None
         self._written: dict[str, int] = {}  # context id -> tokens in its last checkpoint
+        # One snapshot-and-write at a time: a pass's older snapshot never lands after a
+        # newer one a request made durable (`journal`).
+        self._ckpt_lock = asyncio.Lock()
+        self._prefixes: OrderedDict[int, None] = OrderedDict()
         root = spec.checkpoints()
         self.ckpt = Checkpoints(root, self.uid) if root is not None else None
         self.key = spec.signing_key()  # signs checkpoints and drained contexts; checks imports
@@ -81,8 +90,41 @@ class LlamayReplica:
         """The app's response to `req`: a `Head` (with the replica header added), then body
         chunks as the app produces them."""
         await self._ensure_started()
-        async for item in call_asgi(self.app, req, self.header):
+        self._note_prefix(hint)
+        journal = self.journal if self.ckpt is not None and self.spec.durable else None
+        async for item in call_asgi(self.app, req, self.header, journal):
             yield item
+
+    def _note_prefix(self, hint: RouteHint) -> None:
+        for h in hint.prefix:
+            self._prefixes[h] = None
+            self._prefixes.move_to_end(h)
+        while len(self._prefixes) > MAX_REPORTED_PREFIXES:
+            self._prefixes.popitem(last=False)
+
+    async def journal(self, cid: str) -> None:
+        """Make context `cid` durable in this replica's checkpoints (written and synced to
+        disk), or its checkpoint gone if the context is: what a request that changed it
+        awaits before its answer says so (`chat.journal`). A failure is a 503: the client
+        is told to retry, never that something a lost machine would take back succeeded."""
+        from ..chat.contexts import ContextService
+        from ..errors import NotFound, Overloaded
+
+        assert self.ckpt is not None
+        ckpt = self.ckpt
+        async with self._ckpt_lock:
+            try:
+                rec, data = await ContextService(self.runtime).snapshot(cid, key=self.key)
+            except NotFound:
+                await asyncio.to_thread(ckpt.remove, cid)
+                self._written.pop(cid, None)
+                return
+            try:
+                await asyncio.to_thread(ckpt.write, cid, data, durable=True)
+            except OSError as exc:
+                log.error("a context could not be made durable", extra={"context": cid, "error": str(exc)})
+                raise Overloaded(f"context '{cid}' could not be saved to the fleet's state; retry") from None
+            self._written[cid] = len(rec.tokens)
 
     # -- what the router and `fleet status` read ---------------------------------------
     async def _contexts(self) -> list[tuple[str, str, int]]:
@@ -99,6 +141,7 @@ class LlamayReplica:
             "models": [m.name for m in models],
             "contexts": [c for _, c, _ in ctxs[:MAX_REPORTED_CONTEXTS]],
             "load": sum(m.engine.running + m.engine.queue_depth for m in models),
+            "prefixes": list(self._prefixes),
         }
 
     async def status(self, hint: RouteHint) -> dict[str, Any]:
@@ -137,20 +180,27 @@ class LlamayReplica:
             out.append((cid, data))
         return out
 
-    async def import_context(self, hint: RouteHint, data: bytes) -> tuple[str, str]:
-        """Restore a snapshot here; (this replica, the new local id). The fleet calls this
-        with checkpoints and drained contexts, which its replicas sign with the fleet's key:
-        such a context keeps the owner and prefix-cache namespace its header records, as it
-        had before the move. Anything unsigned (a file put in the checkpoint folder) is
-        restored as no tenant's (`trust.trusted_origin`)."""
+    async def import_context(self, hint: RouteHint, data: bytes, cid: str | None = None) -> tuple[str, str]:
+        """Restore a snapshot here, under id `cid` when given (a moved context keeps its
+        id: every ingress then finds it in this replica's reports); (this replica, its id
+        here). Durable before it returns, when the fleet has a state directory. The fleet
+        calls this with checkpoints and drained contexts, which its replicas sign with the
+        fleet's key: such a context keeps the owner and prefix-cache namespace its header
+        records, as it had before the move. Anything unsigned (a file put in the checkpoint
+        folder) is restored as no tenant's (`trust.trusted_origin`)."""
         from ..chat.contexts import ContextService
+        from ..chat.journal import record
         from ..kv.snapshot import read_signed
 
         await self._ensure_started()
         header, state, signed = read_signed(data, self.key)
         lm = await self.runtime.use(header.model_name)
         owner, namespace = trusted_origin(header, signed)
-        rec = await ContextService(self.runtime).restore(lm, header, state, owner=owner, namespace=namespace)
+        rec = await ContextService(self.runtime).restore(
+            lm, header, state, owner=owner, namespace=namespace, cid=cid
+        )
+        if self.ckpt is not None:  # outside a request, so no journal is set: write it here
+            await record(rec.id, journal=self.journal)
         return self.uid, rec.id
 
     # -- checkpoints -------------------------------------------------------------------
@@ -168,22 +218,26 @@ class LlamayReplica:
         from ..chat.contexts import ContextService
 
         assert self.ckpt is not None
+        ckpt = self.ckpt
         service = ContextService(self.runtime)
         written = self._written
-        self.ckpt.heartbeat()
+        ckpt.heartbeat()
         now = {cid: n for _, cid, n in await self._contexts()}
         for cid, n in now.items():
             if written.get(cid) == n:
                 continue
-            try:
-                _, data = await service.snapshot(cid, key=self.key)
-            except Exception:  # busy or gone: the next pass tries again
-                continue
-            await asyncio.to_thread(self.ckpt.write, cid, data)
-            written[cid] = n
-        for cid in set(written) - set(now):
-            self.ckpt.remove(cid)
-            del written[cid]
+            async with self._ckpt_lock:
+                try:
+                    rec, data = await service.snapshot(cid, key=self.key)
+                except Exception:  # busy or gone: the next pass tries again
+                    continue
+                await asyncio.to_thread(ckpt.write, cid, data)
+                written[cid] = len(rec.tokens)
+        async with self._ckpt_lock:  # listed again: a context made meanwhile is kept
+            here = {cid for _, cid, _ in await self._contexts()}
+            for cid in set(written) - here:
+                ckpt.remove(cid)
+                del written[cid]
 
     async def _stop_checkpoints(self) -> None:
         task, self._ckpt_task = self._ckpt_task, None

@@ -44,22 +44,29 @@ class LlamayRouter(FIFOMixin, RequestRouter):
         self.bound = bound
         # request id -> (replica, hashes) its last ranking claimed, until Ray has routed it
         self.claims: dict[str, tuple[str, list[int]]] = {}
+        # replica -> (the stats dict, its sets): built once per report, not per request
+        self.reported: dict[str, tuple[object, frozenset[str], frozenset[str], frozenset[int]]] = {}
 
     def _view(self, r: RunningReplica) -> routing.ReplicaView:
         stats = r.routing_stats or {}
-        load = self._replica_queue_len_cache.get(r.replica_id)
+        load = self.replica_queue_len_cache.get(r.replica_id)
         if load is None and isinstance(stats.get("load"), int):
             load = stats["load"]
-        return routing.ReplicaView(
-            uid=r.replica_id.unique_id,
-            load=load,
-            models=frozenset(stats.get("models") or ()),
-            contexts=frozenset(stats.get("contexts") or ()),
-        )
+        uid = r.replica_id.unique_id
+        seen = self.reported.get(uid)
+        if seen is None or seen[0] is not stats:
+            seen = (
+                stats,
+                frozenset(stats.get("models") or ()),
+                frozenset(stats.get("contexts") or ()),
+                frozenset(stats.get("prefixes") or ()),
+            )
+            self.reported[uid] = seen
+        return routing.ReplicaView(uid=uid, load=load, models=seen[1], contexts=seen[2], prefixes=seen[3])
 
     def views(self) -> list[routing.ReplicaView]:
         """Every live replica as seen now (the ingress reads these for status and moves)."""
-        return [self._view(r) for r in self._replicas.values()]
+        return [self._view(r) for r in self.curr_replicas.values()]
 
     async def choose_replicas(
         self,
@@ -99,10 +106,14 @@ class LlamayRouter(FIFOMixin, RequestRouter):
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)
         self.know.mark_dead(replica_id.unique_id)
+        self.reported.pop(replica_id.unique_id, None)
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
         super().update_replicas(replicas)
-        self.know.set_live({r.replica_id.unique_id for r in replicas}, self.views())
+        uids = {r.replica_id.unique_id for r in replicas}
+        for gone in set(self.reported) - uids:
+            del self.reported[gone]
+        self.know.set_live(uids, self.views())
 
 
 class RayDefaultRouter(PowerOfTwoChoicesRequestRouter):
@@ -115,8 +126,8 @@ class RayDefaultRouter(PowerOfTwoChoicesRequestRouter):
         self.know = routing.knowledge(fleet)
 
     def views(self) -> list[routing.ReplicaView]:
-        return [routing.ReplicaView(uid=r.replica_id.unique_id, load=self._replica_queue_len_cache.get(r.replica_id))
-                for r in self._replicas.values()]  # fmt: skip
+        return [routing.ReplicaView(uid=r.replica_id.unique_id, load=self.replica_queue_len_cache.get(r.replica_id))
+                for r in self.curr_replicas.values()]  # fmt: skip
 
     async def choose_replicas(
         self,

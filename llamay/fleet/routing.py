@@ -24,12 +24,23 @@ PREFIX_CAP = 200_000  # block hashes remembered per replica (~16 MB of prompts a
 @dataclass
 class ReplicaView:
     """One live replica as the router sees it now. `load`: requests running or queued there
-    (None: unknown); `models`: models it has loaded; `contexts`: ids it reported holding."""
+    (None: unknown); `models`: models it has loaded; `contexts`: ids it reported holding;
+    `prefixes`: prompt block hashes it reported being sent lately (by any ingress)."""
 
     uid: str
     load: int | None = None
     models: frozenset[str] = frozenset()
     contexts: frozenset[str] = frozenset()
+    prefixes: frozenset[int] = frozenset()
+
+    def reported_match(self, prefix: Sequence[int]) -> int:
+        """Leading blocks of `prefix` among the hashes this replica reported."""
+        n = 0
+        for h in prefix:
+            if h not in self.prefixes:
+                break
+            n += 1
+        return n
 
 
 @dataclass
@@ -93,6 +104,11 @@ class FleetKnowledge:
             if fid in v.contexts:
                 return v.uid, fid
         return None
+
+    def learned(self, fid: str) -> tuple[str, str] | None:
+        """(replica, local id) `fid` was learned on, live or not."""
+        with self._lock:
+            return self._holders.get(fid)
 
     def held_by(self, replica: str) -> dict[str, str]:
         """fleet id -> local id of every context learned to be on `replica`."""
@@ -216,9 +232,11 @@ def rank(
     cands = [v for v in live if hint.model and hint.model in v.models] or live
     least = min(_load(v) for v in cands)
     if hint.prefix:
-        scored = sorted(cands, key=lambda v: (-know.match(v.uid, hint.prefix), _load(v)))
+        # What this ingress sent, or what the replica reports any ingress sent it.
+        matched = {v.uid: max(know.match(v.uid, hint.prefix), v.reported_match(hint.prefix)) for v in cands}
+        scored = sorted(cands, key=lambda v: (-matched[v.uid], _load(v)))
         best = scored[0]
-        if know.match(best.uid, hint.prefix) > 0 and _load(best) <= least + bound:
+        if matched[best.uid] > 0 and _load(best) <= least + bound:
             return [[best.uid], [v.uid for v in sorted(scored[1:], key=_load)]]
     two = sorted(rng.sample(cands, min(2, len(cands))), key=lambda v: (_load(v), know.blocks(v.uid)))
     rest = [v.uid for v in sorted((v for v in cands if v not in two), key=_load)]

@@ -43,6 +43,8 @@ class FleetSpec:
     look_back: float = 30.0  # autoscaling: seconds of load averaged for each decision
     checkpoint_every: float = 1.0  # seconds between checkpoint passes
     stale_after: float = 4.0  # a replica silent this long is taken as dead
+    durable: bool = True
+    ingresses: int | None = None
     # Signs checkpoints and moved contexts when there is neither $LLAMAY_SNAPSHOT_KEY nor a
     # state directory: made once where the spec is built, it reaches every replica with it.
     session_key: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
