@@ -2,6 +2,7 @@
 router and with Ray Serve's default router, on the same multi-tenant workload.
 
     .venv/bin/python -m bench.fleet [--model NAME_OR_PATH] [--requests N] [--quick]
+    .venv/bin/python -m bench.fleet --nodes 2 [--kill-node] [...]   # bench/fleet_nodes.py
 
 Workload: 8 tenants, each with its own ~1,000-token system prompt, 8 concurrent clients; each
 request is one tenant's system prompt plus a short question, streamed, greedy. Reported per
@@ -177,6 +178,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=48, help="requests per arm (default 48)")
     p.add_argument("--max-tokens", dest="max_tokens", type=int, default=16)
     p.add_argument("--quick", action="store_true", help="16 requests per arm")
+    p.add_argument("--nodes", type=int, default=1, choices=[1, 2],
+                   help="2: a two-node cluster on this machine (bench.fleet_nodes)")  # fmt: skip
+    p.add_argument("--kill-node", dest="kill_node", action="store_true",
+                   help="with --nodes 2: remove the second node under load")  # fmt: skip
     args = p.parse_args(argv)
     if args.quick:
         args.requests = 16
@@ -185,6 +190,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.nodes == 2:
+        from . import fleet_nodes
+
+        return fleet_nodes.main(args)
     from llamay.store import ModelStore
 
     model = ModelStore().resolve(args.model).path

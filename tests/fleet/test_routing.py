@@ -113,3 +113,39 @@ def test_a_claim_taken_back_leaves_what_was_indexed_before() -> None:
     know.unclaim("r0", added)
     assert know.match("r0", longer.prefix) == know.match("r0", base.prefix) == len(base.prefix)
     assert know.claim("r0", base) == []  # all there already
+
+
+def test_a_new_ingress_routes_by_what_the_replicas_report() -> None:
+    """An ingress that knows nothing of its own (just started, or another node's) sends a
+    prompt to the replica that reports its prefix, and a context to the replica that
+    reports holding it: the routing knowledge is rebuilt from the replicas' reports."""
+    hint = chat_hint(SYSTEM, {"role": "user", "content": "q"})
+    fresh = FleetKnowledge()
+    views = [ReplicaView("a", load=0), ReplicaView("b", load=0, prefixes=frozenset(hint.prefix[:4]))]
+    for seed in range(8):
+        assert rank(hint, views, fresh, rng=random.Random(seed))[0] == ["b"]
+    # Partly reported: the longer run wins, whichever kind of knowledge it comes from.
+    fresh.claim("a", RouteHint(prefix=hint.prefix[:2]))
+    assert rank(hint, views, fresh)[0] == ["b"]
+    fresh.claim("a", RouteHint(prefix=hint.prefix[:6]))
+    assert rank(hint, views, fresh)[0] == ["a"]
+    # Too far ahead in load, the reported replica loses its claim as a learned one would.
+    busy = [ReplicaView("a", load=0), ReplicaView("b", load=9, prefixes=frozenset(hint.prefix))]
+    assert rank(hint, busy, FleetKnowledge(), rng=random.Random(1))[0] == ["a"]
+    on_b = RouteHint(context="ctx_0123")
+    views = [ReplicaView("a"), ReplicaView("b", contexts=frozenset({"ctx_0123"}))]
+    assert rank(on_b, views, FleetKnowledge()) == [["b"]]
+
+
+def test_a_context_learned_on_a_dead_replica_follows_the_reports() -> None:
+    """A context restored under its own id on a survivor is routed there by every ingress,
+    even one that learned it on the replica that died."""
+    know = FleetKnowledge()
+    know.learn("ctx_7", "dead")
+    know.set_live({"dead", "b"}, [ReplicaView("dead"), ReplicaView("b")])
+    know.mark_dead("dead")
+    views = [ReplicaView("b", contexts=frozenset({"ctx_7"}))]
+    know.set_live({"b"}, views)
+    assert know.holder_lost("ctx_7")
+    assert rank(RouteHint(context="ctx_7"), views, know) == [["b"]]
+    assert know.holder("ctx_7", views) == ("b", "ctx_7")
