@@ -110,10 +110,13 @@ def kill_node(base: str, cluster: Any, worker: Any, victim_node: str, max_tokens
                 acked[cid] = 0
             ok = session_turn(base, cid, c, q, max_tokens)[1]
             if ok:
-                got = httpx.get(base + f"/v1/contexts/{cid}", timeout=30)
+                try:
+                    got = httpx.get(base + f"/v1/contexts/{cid}", timeout=30)
+                except httpx.HTTPError:
+                    continue
                 if got.status_code == 200:
                     with lock:
-                        acked[cid] = len(got.json()["tokens"])
+                        acked[cid] = int(got.json()["tokens"])  # a count
 
     threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(CLIENTS)]
     for t in threads:
@@ -139,11 +142,14 @@ def kill_node(base: str, cluster: Any, worker: Any, victim_node: str, max_tokens
     lost, back = [], 0.0
     for cid, tokens in acked.items():
         while True:
-            got = httpx.get(base + f"/v1/contexts/{cid}", timeout=30)
+            try:
+                got = httpx.get(base + f"/v1/contexts/{cid}", timeout=30)
+            except httpx.HTTPError:  # a connection that met the lost ingress: try again
+                continue
             if got.status_code != 503 or time.monotonic() - killed > 180:
                 break
             time.sleep(0.1)
-        if got.status_code != 200 or len(got.json()["tokens"]) < tokens:
+        if got.status_code != 200 or int(got.json()["tokens"]) < tokens:
             lost.append(cid)
             continue
         if got.headers.get("x-llamay-replica") != victim:
@@ -185,10 +191,12 @@ def run_arms(model: Path, args: Any) -> dict[str, Any]:
             warm(base)
             arm = "durable" if durable else "checkpointed"
             got = sessions(base, args.turns, args.max_tokens)
+            print(f"bench.fleet_nodes: {arm}: {got}", file=sys.stderr, flush=True)
             if arm not in out or got["turns_per_s"] > out[arm]["turns_per_s"]:
                 out[arm] = got  # each arm's better run
             if durable and "prefixes_fleet" not in out:
                 out["prefixes_fleet"] = workload(base, args.requests, args.max_tokens)
+                print(f"bench.fleet_nodes: prefixes_fleet: {out['prefixes_fleet']}", file=sys.stderr, flush=True)
             serve.delete(spec.app_name)
         if args.kill_node:
             _, spec = fleet(True, "nodes-kill")
@@ -217,6 +225,7 @@ def main(args: Any) -> int:
     with start_server("serve", argv_serve, port, "/health", env=env) as s:
         warm(s.base_url)
         report["prefixes_serve"] = workload(s.base_url, args.requests, args.max_tokens)
+    print(f"bench.fleet_nodes: prefixes_serve: {report['prefixes_serve']}", file=sys.stderr, flush=True)
     report.update(run_arms(model, args))
     on, off = report["durable"], report["checkpointed"]
     report["targets"] = {
