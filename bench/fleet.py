@@ -182,6 +182,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="2: a two-node cluster on this machine (bench.fleet_nodes)")  # fmt: skip
     p.add_argument("--kill-node", dest="kill_node", action="store_true",
                    help="with --nodes 2: remove the second node under load")  # fmt: skip
+    p.add_argument("--only", default="", choices=["", "kill"], help="with --nodes 2: kill: only the node loss")
     args = p.parse_args(argv)
     if args.quick:
         args.requests = 16
