@@ -121,7 +121,9 @@ def kill_node(base: str, cluster: Any, worker: Any, victim_node: str, max_tokens
     threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(CLIENTS)]
     for t in threads:
         t.start()
-    time.sleep(8)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 90 and sum(1 for n in list(acked.values()) if n) < 2 * CLIENTS:
+        time.sleep(0.2)
     rows = httpx.get(base + "/v1/fleet", timeout=60).json()["replicas"]
     victim = next(r["replica"] for r in rows if r["node"] == victim_node)
     lose_node(cluster, worker)
@@ -136,6 +138,33 @@ def kill_node(base: str, cluster: Any, worker: Any, victim_node: str, max_tokens
                 health = time.monotonic() - killed
         except httpx.HTTPError:
             pass
+    lost: list[str] = []
+    back = 0.0
+
+    def check(items: list[tuple[str, int]], timed: bool = True) -> None:
+        nonlocal back
+        for cid, tokens in items:
+            while True:
+                try:
+                    got = httpx.get(base + f"/v1/contexts/{cid}", timeout=30)
+                except httpx.HTTPError:  # a connection that met the lost ingress: try again
+                    continue
+                if got.status_code != 503 or time.monotonic() - killed > 180:
+                    break
+                time.sleep(0.1)
+            if got.status_code != 200 or int(got.json()["tokens"]) < tokens:
+                lost.append(cid)
+            elif timed and got.headers.get("x-llamay-replica") != victim:
+                back = max(back, time.monotonic() - killed)
+
+    # Those acknowledged before the loss first (their return is what recovery takes), while
+    # the requests in flight finish; then those acknowledged by requests in flight.
+    with lock:
+        before = dict(acked)
+    check(list(before.items()))
+    for t in threads:
+        t.join(timeout=120)
+    check([(c, n) for c, n in acked.items() if c not in before], timed=False)
     answered = None
     while answered is None and time.monotonic() - killed < 120:
         try:
@@ -145,23 +174,6 @@ def kill_node(base: str, cluster: Any, worker: Any, victim_node: str, max_tokens
                 answered = time.monotonic() - killed
         except httpx.HTTPError:
             pass
-    for t in threads:
-        t.join(timeout=120)
-    lost, back = [], 0.0
-    for cid, tokens in acked.items():
-        while True:
-            try:
-                got = httpx.get(base + f"/v1/contexts/{cid}", timeout=30)
-            except httpx.HTTPError:  # a connection that met the lost ingress: try again
-                continue
-            if got.status_code != 503 or time.monotonic() - killed > 180:
-                break
-            time.sleep(0.1)
-        if got.status_code != 200 or int(got.json()["tokens"]) < tokens:
-            lost.append(cid)
-            continue
-        if got.headers.get("x-llamay-replica") != victim:
-            back = max(back, time.monotonic() - killed)
     return {"acknowledged": len(acked), "lost": len(lost), "endpoint_health_s": health,
             "endpoint_answered_s": answered, "every_lost_context_back_s": back}  # fmt: skip
 
