@@ -110,7 +110,8 @@ def test_llamay_run_streams_and_prints_stats() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip()
     assert re.search(
-        r"prompt \d+ tokens in \d+ms \([\d.]+ tok/s\) · generated \d+ in [\d.]+m?s \([\d.]+ tok/s\) · stop: (stop|length)",
+        r"prompt \d+ tokens in \d+ms \([\d.]+ tok/s\) · generated \d+ in [\d.]+m?s \([\d.]+ tok/s\)"
+        r"( · \d+ of \d+ drafted taken)? · stop: (stop|length)",
         out.stderr,
     ), out.stderr
 
