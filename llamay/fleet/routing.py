@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .hints import RouteHint
@@ -35,12 +35,17 @@ class ReplicaView:
 
     def reported_match(self, prefix: Sequence[int]) -> int:
         """Leading blocks of `prefix` among the hashes this replica reported."""
-        n = 0
-        for h in prefix:
-            if h not in self.prefixes:
-                break
-            n += 1
-        return n
+        return _leading(prefix, self.prefixes)
+
+
+def _leading(prefix: Sequence[int], known: Container[int]) -> int:
+    """How many of `prefix`'s first blocks are all in `known`."""
+    n = 0
+    for h in prefix:
+        if h not in known:
+            break
+        n += 1
+    return n
 
 
 @dataclass
@@ -60,12 +65,7 @@ class _PrefixIndex:
         return new
 
     def match(self, prefix: Sequence[int]) -> int:
-        n = 0
-        for h in prefix:
-            if h not in self.hashes:
-                break
-            n += 1
-        return n
+        return _leading(prefix, self.hashes)
 
 
 class FleetKnowledge:
