@@ -42,7 +42,7 @@ def test_every_serve_flag_sets_its_field(dash: str, home: Path, tmp_path: Path) 
         "rerank": "ranker", "index": "docs.idx", "max-loaded": "4", "keepalive": "1m", "keys": "keys.json",
         "max-connections": "9", "max-connections-per-address": "4", "header-timeout": "3s", "body-timeout": "90s", "log-level": "DEBUG",
         "max-body": "8M", "max-field": "512", "responses-per-key": "1G", "responses-total": "2048K",
-        "response-ttl": "1h", "speculate": "off", "draft-max": "3",
+        "response-ttl": "1h", "speculate": "off", "draft-max": "3", "draft": "smollm2:135m",
     }  # fmt: skip
     argv = [part for name, value in flags.items() for part in (f"{dash}{name}", value)]
     got = parse(*argv)
@@ -53,7 +53,7 @@ def test_every_serve_flag_sets_its_field(dash: str, home: Path, tmp_path: Path) 
             ctx=1024, batch=64, threads=2, concurrency=3, max_queue=5, kv_type="q8_0", flash_attn=False,
             cache_ram=16 * 2**20, chat_template_file=here / "t.jinja", home=home, max_tokens=99, reasoning_budget=300,
             temperature=0.5, top_p=0.9, top_k=7, min_p=0.1, repeat_penalty=1.2, finish_tool="auto",
-            admission="fcfs", speculate=False, draft_max=3,
+            admission="fcfs", speculate=False, draft_max=3, draft="smollm2:135m",
         ),
         limits=ServerLimits(max_connections=9, max_connections_per_address=4, header_timeout=3.0, body_timeout=90.0, max_body=8 * 2**20,
                             max_field=512, responses_per_key=2**30, responses_total=2 * 2**20, response_ttl=3600.0),
