@@ -80,7 +80,7 @@ def test_speculation_changes_no_token(model: Model) -> None:
     """Speculative decoding rests on this invariance: a position's logits are the same in a
     step of its own and among drafted positions, so on every quantisation the tokens and
     log-probabilities are those of decoding without it, guesses taken or refused."""
-    from .test_speculate import make_engine, request, run, run_together
+    from .test_speculate import request, together_matches_alone_without_speculation
 
     # This model's logits are steep: a strong bias narrows it to four tokens, a high
     # temperature makes its draws among them vary.
@@ -90,16 +90,4 @@ def test_speculation_changes_no_token(model: Model) -> None:
         for s in (1, 2, 3)
     ]
     reqs.append(request(model, "A cat sat", n=48, logprobs=True, logit_bias=few))
-    off = make_engine(model, speculate=False)
-    try:
-        want = [run(off, r) for r in reqs]
-    finally:
-        off.close()
-    on = make_engine(model, speculate=True)
-    try:
-        got = run_together(on, reqs)
-    finally:
-        on.close()
-    for g, w in zip(got, want, strict=True):
-        assert (g.tokens, g.logprobs, g.text) == (w.tokens, w.logprobs, w.text)
-    assert sum(g.taken for g in got) > 0 and any(g.taken < g.drafted for g in got)
+    together_matches_alone_without_speculation(model, reqs)

@@ -94,6 +94,24 @@ def run_together(engine: Engine, reqs: list[GenerateRequest]) -> list[Result]:
     return out  # type: ignore[return-value]
 
 
+def together_matches_alone_without_speculation(model: Model, reqs: list[GenerateRequest]) -> None:
+    """`reqs` run together with speculation give what each gives alone without it, bitwise,
+    and speculation both took drafts and refused some (so both paths were exercised)."""
+    off = make_engine(model, speculate=False)
+    try:
+        want = [run(off, r) for r in reqs]
+    finally:
+        off.close()
+    on = make_engine(model, speculate=True)
+    try:
+        got = run_together(on, reqs)
+    finally:
+        on.close()
+    for g, w in zip(got, want, strict=True):
+        assert (g.tokens, g.logprobs, g.text) == (w.tokens, w.logprobs, w.text)
+    assert sum(g.taken for g in got) > 0 and any(g.taken < g.drafted for g in got)
+
+
 def request(model: Model, text: str, n: int = 80, **sampling: object) -> GenerateRequest:
     params = SamplingParams(**{"temperature": 0.0, "logit_bias": NARROW, **sampling})  # type: ignore[arg-type]
     return GenerateRequest(model.tokenize(text, add_special=False), params, StopSpec(max_tokens=n))
@@ -277,16 +295,4 @@ def test_sliding_window_models_too(tmp_path: Path) -> None:
         # This model's logits are steep: only a high temperature makes its draws vary.
         reqs = [request(swa, "one two three", n=90, temperature=30.0, seed=s) for s in (1, 2)]
         reqs.append(request(swa, "one two three", n=90))
-        off = make_engine(swa, speculate=False)
-        try:
-            want = [run(off, r) for r in reqs]
-        finally:
-            off.close()
-        on = make_engine(swa, speculate=True)
-        try:
-            got = run_together(on, reqs)
-        finally:
-            on.close()
-    for g, w in zip(got, want, strict=True):
-        assert (g.tokens, g.logprobs, g.text) == (w.tokens, w.logprobs, w.text)
-    assert sum(g.taken for g in got) > 0 and any(g.taken < g.drafted for g in got)
+        together_matches_alone_without_speculation(swa, reqs)
