@@ -7,6 +7,7 @@ import asyncio
 import json
 import math
 import os
+import signal
 import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ __all__ = [
     "sentences",
     "sse_data",
     "sse_event",
+    "stop_on_sigterm",
 ]
 
 DONE = "[DONE]"
@@ -35,6 +37,15 @@ class BadEvent(ValueError):
         super().__init__(f"{problem}: {data[:300]}")
         self.problem = problem
         self.data = data
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM is handled as Ctrl-C: a benchmark stops its servers and reports what it has."""
+    signal.signal(signal.SIGTERM, _interrupt)
 
 
 def percentile(values: Sequence[float], p: float) -> float:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import signal
 import sys
 import time
 from collections.abc import Mapping
@@ -27,7 +26,7 @@ from typing import Any
 
 from llamay.testing.server import free_port
 
-from ..common import machine_info, print_json
+from ..common import machine_info, print_json, stop_on_sigterm
 from ..serve import llama_server
 from ..serve.load import Prompts, Vocab
 from ..serve.main import bench_server, llama_server_spec, llamay_spec
@@ -146,13 +145,9 @@ def bench_model(args: argparse.Namespace, model: Path, exe: Path, bandwidth: flo
     }
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)  # stop the servers and report, as on Ctrl-C
+    stop_on_sigterm()  # stop the servers and report, as on Ctrl-C
     load_start = os.getloadavg()
     exe = llama_server.build()
     files = {shape: ensure_models(shape, args.quant_list) for shape in args.shape_list}

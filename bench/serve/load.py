@@ -9,9 +9,10 @@ import json
 import logging
 import random
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -20,6 +21,7 @@ from ..common import DONE, BadEvent, sentences, sse_data, sse_event
 BAN_BIAS = -100.0
 REQUEST_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=30.0, pool=300.0)
 REQUEST_DEADLINE_S = 900.0
+T = TypeVar("T")
 
 _WORD_TEXT = (
     "time year people way day man thing woman life child world school state family student "
@@ -144,15 +146,22 @@ class Stream:
         return self.first - self.sent
 
 
-def completion_body(prompt: str, max_tokens: int, banned: list[int]) -> dict[str, Any]:
+def plain_sampling(max_tokens: int) -> dict[str, Any]:
+    """Greedy and plain: no penalties, so every server computes the same distribution."""
     return {
-        "prompt": prompt,
         "max_tokens": max_tokens,
         "temperature": 0.0,
         "top_p": 1.0,
         "repeat_penalty": 1.0,
         "presence_penalty": 0.0,
         "frequency_penalty": 0.0,
+    }
+
+
+def completion_body(prompt: str, max_tokens: int, banned: list[int]) -> dict[str, Any]:
+    return {
+        "prompt": prompt,
+        **plain_sampling(max_tokens),
         "logit_bias": {str(t): BAN_BIAS for t in banned},
         "stream": True,
     }
@@ -161,8 +170,14 @@ def completion_body(prompt: str, max_tokens: int, banned: list[int]) -> dict[str
 async def stream_completion(client: httpx.AsyncClient, body: dict[str, Any]) -> Stream:
     """POST /v1/completions with stream=true and time its chunks; RequestFailed unless the
     stream ends with [DONE] after a finish_reason of "length"."""
+    return await within_deadline(_stream(client, body), body)
+
+
+async def within_deadline(request: Coroutine[Any, Any, T], body: dict[str, Any]) -> T:
+    """`request`'s result; RequestFailed on a transport error or no result within
+    REQUEST_DEADLINE_S."""
     try:
-        return await asyncio.wait_for(_stream(client, body), REQUEST_DEADLINE_S)
+        return await asyncio.wait_for(request, REQUEST_DEADLINE_S)
     except TimeoutError:
         raise RequestFailed(
             "timeout", body, None, f"no complete response in {REQUEST_DEADLINE_S:.0f}s"

@@ -28,7 +28,6 @@ import importlib.util
 import json
 import math
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -40,7 +39,7 @@ import httpx
 
 from llamay.testing.server import HOST, ServerError, free_port, log_tail, start_server
 
-from ..common import print_json
+from ..common import print_json, stop_on_sigterm
 from . import llama_server
 from .load import REQUEST_TIMEOUT, Prompts, RequestFailed, Vocab
 from .phases import FULL, QUICK, Sizes, Workload, phases
@@ -280,13 +279,9 @@ def machine_info(load_start: tuple[float, float, float]) -> dict[str, Any]:
     return info
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)  # stop the servers and report, as on Ctrl-C
+    stop_on_sigterm()  # stop the servers and report, as on Ctrl-C
     if importlib.util.find_spec("llama_cpp") is None:
         print("bench.serve: llama-cpp-python is not installed (run ./setup.sh)", file=sys.stderr)
         return 2

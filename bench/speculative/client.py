@@ -7,7 +7,6 @@ first token) is left out, so a prompt the server had cached changes nothing.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from typing import Any
 import httpx
 
 from ..common import DONE, BadEvent, sse_data, sse_event
-from ..serve.load import REQUEST_DEADLINE_S, REQUEST_TIMEOUT, RequestFailed
+from ..serve.load import REQUEST_TIMEOUT, RequestFailed, within_deadline
 from .workloads import Workload
 
 __all__ = ["REQUEST_TIMEOUT", "Counters", "Reply", "counters", "stream"]
@@ -68,14 +67,7 @@ async def stream(client: httpx.AsyncClient, w: Workload) -> Reply:
     """Send `w` with stream=true and usage on; RequestFailed on an HTTP error, a broken or
     erroring stream, a missing token count, or no reply within the deadline."""
     body = {**w.body, "stream": True, "stream_options": {"include_usage": True}}
-    try:
-        return await asyncio.wait_for(_stream(client, w.path, body), REQUEST_DEADLINE_S)
-    except TimeoutError:
-        raise RequestFailed(
-            "timeout", body, None, f"no complete response in {REQUEST_DEADLINE_S:.0f}s"
-        ) from None
-    except httpx.HTTPError as exc:
-        raise RequestFailed("transport", body, None, f"{type(exc).__name__}: {exc}") from exc
+    return await within_deadline(_stream(client, w.path, body), body)
 
 
 def _piece(choice: dict[str, Any]) -> str:

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from llamay.store import ModelStore
 
-from ..common import machine_info, print_json
+from ..common import machine_info, print_json, stop_on_sigterm
 from ..quants.models import ensure_models
 from ..serve import llama_server
 from ..serve.load import Vocab
@@ -115,13 +114,9 @@ def _draft_note(draft: Path | None, llamay_draft: bool) -> dict[str, Any]:
     return {"path": str(draft)}
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)  # stop the servers and report, as on Ctrl-C
+    stop_on_sigterm()  # stop the servers and report, as on Ctrl-C
     load_start = os.getloadavg()
     llama_server.build()
     llamay_draft = bool(args.drafts) and llamay_has_draft()

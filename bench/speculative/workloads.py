@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..serve.load import plain_sampling
 from .texts import NOTE_FIELDS, NOTE_SCHEMA, PASSAGE, QUESTION, clinical_note, edited_file
 
 __all__ = ["FORCING", "NAMES", "Workload", "gbnf_literal", "workloads"]
@@ -77,20 +78,8 @@ _REWRITE = (
 )
 
 
-def _sampling(max_tokens: int) -> dict[str, Any]:
-    """Greedy and plain: no penalties, so every server computes the same distribution."""
-    return {
-        "max_tokens": max_tokens,
-        "temperature": 0.0,
-        "top_p": 1.0,
-        "repeat_penalty": 1.0,
-        "presence_penalty": 0.0,
-        "frequency_penalty": 0.0,
-    }
-
-
 def _chat(name: str, messages: list[dict[str, str]], max_tokens: int, **extra: Any) -> Workload:
-    body = {"messages": messages, **_sampling(max_tokens), **extra}
+    body = {"messages": messages, **plain_sampling(max_tokens), **extra}
     chars = sum(len(m["content"]) for m in messages)
     return Workload(name, "/v1/chat/completions", body, name in COPYING, chars)
 
@@ -114,7 +103,7 @@ def fit(text: str, budget: int, count: Callable[[str], int]) -> str:
 
 
 def _forced(name: str, prompt: str, text: str | None, max_tokens: int, banned: list[int]) -> Workload:
-    body: dict[str, Any] = {"prompt": prompt, **_sampling(max_tokens)}
+    body: dict[str, Any] = {"prompt": prompt, **plain_sampling(max_tokens)}
     if text is not None:
         body["grammar"] = gbnf_literal(text)
     else:
