@@ -104,7 +104,16 @@ def test_the_tool_loop_calls_and_answers_with_the_result(llm: llamay.LLM) -> Non
     (call,) = r.tool_calls
     assert call.name == "get_weather" and call.arguments["city"] == "Pune" and call.ran
     assert call.result == {"temp": 31, "unit": "c"}
-    assert r.finish_reason == "stop" and "31" in r.text  # the answer uses the tool's result
+    assert r.finish_reason == "stop" and r.text
+    # The answer was generated after the tool's result: the history holds it, and asking
+    # again from that history (tools still offered) gives the same answer. (Whether this
+    # 135M model quotes the 31 depends on the CPU's float rounding, so it is not asserted.)
+    *history, answer = r.messages
+    (result,) = [m for m in history if m["role"] == "tool"]
+    assert json.loads(result["content"]) == {"temp": 31, "unit": "c"}
+    assert answer == {"role": "assistant", "content": r.text}
+    again = llm.chat(history, tools=[get_weather], max_tokens=120, **GREEDY)
+    assert not again.tool_calls and again.text == r.text
 
 
 def test_stream_async_and_threads_share_one_engine(llm: llamay.LLM) -> None:
@@ -161,10 +170,13 @@ def test_remote_mode_matches_in_process(llm: llamay.LLM) -> None:
         prompt, conts = "Is this spam? 'WIN A FREE IPHONE NOW' Answer:", [" yes", " no"]
         for a, b in zip(remote.score(prompt, conts), llm.score(prompt, conts), strict=True):
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-6) and a.greedy == b.greedy
-        r = remote.chat(
-            "What is the weather in Pune?", tools=[get_weather], run_tools=True, max_tokens=120, **GREEDY
-        )
-        assert [c.arguments for c in r.tool_calls] == [{"city": "Pune", "unit": "c"}] and "31" in r.text
+        weather = "What is the weather in Pune?"
+        r = remote.chat(weather, tools=[get_weather], run_tools=True, max_tokens=120, **GREEDY)
+        here = llm.chat(weather, tools=[get_weather], run_tools=True, max_tokens=120, **GREEDY)
+        assert [(c.name, c.arguments, c.result) for c in r.tool_calls] == [
+            (c.name, c.arguments, c.result) for c in here.tool_calls
+        ]
+        assert r.tool_calls and r.text == here.text
         with remote.context(system="You answer in one short sentence.") as ctx:
             first = ctx.chat("What is the capital of France?", max_tokens=30, **GREEDY)
             second = ctx.chat("And of Spain?", max_tokens=30, **GREEDY)
