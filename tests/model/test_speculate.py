@@ -24,7 +24,7 @@ from llamay.engine.client import iter_events
 from llamay.engine.draft_model import DraftModel
 from llamay.engine.engine import Engine, EngineConfig
 from llamay.engine.request import ConstraintPlan, GenerateRequest
-from llamay.engine.speculate import SpecConfig
+from llamay.engine.speculate import CostFit, SpecConfig
 from llamay.grammar import Grammar
 from llamay.types import FinishEvent, SamplingParams, StopSpec, TokenEvent
 
@@ -49,9 +49,23 @@ class Result:
     taken: int
 
 
+class FixedCosts(CostFit):
+    """A step's costs as given, not measured: how deep a sequence drafts then depends only
+    on its tokens, not on how busy the machine is, so "some drafts were taken and some
+    refused" holds on any machine. (Which drafts are fed never changes a token either way.)"""
+
+    def add(self, rows: int, seconds: float) -> None:
+        pass
+
+    def costs(self) -> tuple[float, float] | None:
+        return 1.0, 0.1  # a row costs a tenth of a one-row step: drafts go deep
+
+
 def make_engine(model: Model, speculate: bool, n_ctx: int = 1024) -> Engine:
     ctx = Context(model, ContextConfig(n_ctx=n_ctx, n_batch=256, n_seq_max=16))
-    return Engine(model, ctx, EngineConfig(concurrency=8, speculate=SpecConfig(enabled=speculate)))
+    engine = Engine(model, ctx, EngineConfig(concurrency=8, speculate=SpecConfig(enabled=speculate)))
+    engine.speculator.fit = FixedCosts()  # before any request: the engine thread reads it per step
+    return engine
 
 
 def run(engine: Engine, req: GenerateRequest) -> Result:
