@@ -391,8 +391,6 @@ class Engine:
         status = self.ctx.decode()
         spent = time.perf_counter() - t0
         self._cost.add(batch.n, spent)
-        # A step's own work before the decode (planning it) is saved by speculation too.
-        self.speculator.fit.add(batch.n, spent + (t0 - begun))
         self.stats.decode_seconds += spent
         self.stats.steps += 1
         if status == DecodeStatus.NO_KV_SLOT:
@@ -423,6 +421,11 @@ class Engine:
             else:
                 self._apply(s, sample_step(s, self.ctx.logits(row), self.model, self.n_ctx))
         self._running = [s for s in self._running if not s.done]
+        if len(decoding) == len(plan):
+            # What a draft row costs: the whole step of decoding rows, from planning it to
+            # sampling every row (a tiny model's sampling is a large share of a row). Steps
+            # that read prompts are left out: their rows are not sampled.
+            self.speculator.fit.add(batch.n, time.perf_counter() - begun)
 
     def _verify(self, s: Sequence, row: int, drafts: list[int], guessed: int) -> None:
         """Sample `s` from its row and its drafts' rows (speculate.verify), drop the KV of
