@@ -25,7 +25,10 @@ NOWHERE = {"LLAMAY_HOST": f"127.0.0.1:{free_port()}"}  # no server answers here
 
 def _own_terminal() -> None:
     """In the child: a new session whose controlling terminal is the pseudo-terminal, so
-    that Ctrl-C typed there is a SIGINT to it, as in a real terminal."""
+    that Ctrl-C typed there is a SIGINT to it, as in a real terminal. SIGINT is reset to its
+    default, as a shell does for a job in the foreground: a test run started in the
+    background (`cmd &` without job control) would otherwise pass down "ignore SIGINT"."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.setsid()
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
