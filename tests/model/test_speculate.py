@@ -61,9 +61,12 @@ class FixedCosts(CostFit):
         return 1.0, 0.1  # a row costs a tenth of a one-row step: drafts go deep
 
 
-def make_engine(model: Model, speculate: bool, n_ctx: int = 1024) -> Engine:
+def make_engine(
+    model: Model, speculate: bool, n_ctx: int = 1024, drafter: DraftModel | None = None
+) -> Engine:
     ctx = Context(model, ContextConfig(n_ctx=n_ctx, n_batch=256, n_seq_max=16))
-    engine = Engine(model, ctx, EngineConfig(concurrency=8, speculate=SpecConfig(enabled=speculate)))
+    config = EngineConfig(concurrency=8, speculate=SpecConfig(enabled=speculate))
+    engine = Engine(model, ctx, config, drafter=drafter)
     engine.speculator.fit = FixedCosts()  # before any request: the engine thread reads it per step
     return engine
 
@@ -288,9 +291,7 @@ def test_a_draft_model_guesses_where_lookup_has_nothing(model: Model, tiny_model
         off.close()
     draft = Model(tiny_model_path)
     drafter = DraftModel(draft, Context(draft, ContextConfig(n_ctx=1024, n_batch=256, n_seq_max=16)))
-    ctx = Context(model, ContextConfig(n_ctx=1024, n_batch=256, n_seq_max=16))
-    on = Engine(model, ctx, EngineConfig(concurrency=8), drafter=drafter)
-    on.speculator.fit = FixedCosts()
+    on = make_engine(model, speculate=True, drafter=drafter)
     try:
         got = [run(on, r) for r in reqs] + run_together(on, reqs)
     finally:
