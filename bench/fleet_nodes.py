@@ -26,7 +26,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +94,25 @@ def sessions(base: str, turns: int, max_tokens: int) -> dict[str, Any]:
             "ttft_p95_s": percentile(ttfts, 95), "turns_per_s": len(ttfts) / wall, "wall_s": wall}  # fmt: skip
 
 
+def _poll(
+    send: Callable[[], httpx.Response], ready: Callable[[httpx.Response], bool], since: float, limit: float
+) -> httpx.Response | None:
+    """`send()` every 0.1 s until `ready` takes its response or `limit` seconds have passed
+    since `since`: the last response, None if none came (a connection that met the lost
+    ingress fails in transport and is tried again)."""
+    last = None
+    while True:
+        try:
+            last = send()
+            if ready(last):
+                return last
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() - since > limit:
+            return last
+        time.sleep(0.1)
+
+
 def kill_node(base: str, cluster: Any, worker: Any, victim_node: str, max_tokens: int) -> dict[str, Any]:
     """Contexts made and turned while the worker node is removed; what came back."""
     acked: dict[str, int] = {}  # context id -> its tokens as acknowledged
@@ -131,29 +152,25 @@ def kill_node(base: str, cluster: Any, worker: Any, victim_node: str, max_tokens
     # The clients stop with the node: the survivor then has its own queue to finish, not
     # twice the load, and what follows measures failover rather than one replica's backlog.
     stop.set()
-    health = None
-    while health is None and time.monotonic() - killed < 120:
-        try:
-            if httpx.get(base + "/health", timeout=5).status_code == 200:
-                health = time.monotonic() - killed
-        except httpx.HTTPError:
-            pass
-    lost: list[str] = []
+    ok = _poll(partial(httpx.get, base + "/health", timeout=5), lambda r: r.status_code == 200, killed, 120)
+    health = time.monotonic() - killed if ok is not None and ok.status_code == 200 else None
+    lost: list[dict[str, Any]] = []
     back = 0.0
 
     def check(items: list[tuple[str, int]], timed: bool = True) -> None:
         nonlocal back
         for cid, tokens in items:
-            while True:
-                try:
-                    got = httpx.get(base + f"/v1/contexts/{cid}", timeout=30)
-                except httpx.HTTPError:  # a connection that met the lost ingress: try again
-                    continue
-                if got.status_code != 503 or time.monotonic() - killed > 180:
-                    break
-                time.sleep(0.1)
-            if got.status_code != 200 or int(got.json()["tokens"]) < tokens:
-                lost.append(cid)
+            got = _poll(
+                partial(httpx.get, base + f"/v1/contexts/{cid}", timeout=30),
+                lambda r: r.status_code != 503,
+                killed,
+                180,
+            )
+            if got is None or got.status_code != 200 or int(got.json()["tokens"]) < tokens:
+                status = None if got is None else got.status_code
+                lost.append({"id": cid, "acknowledged_tokens": tokens, "status": status,
+                             "answer": None if got is None else got.text[:300],
+                             "after_s": round(time.monotonic() - killed, 2)})  # fmt: skip
             elif timed and got.headers.get("x-llamay-replica") != victim:
                 back = max(back, time.monotonic() - killed)
 
@@ -164,17 +181,18 @@ def kill_node(base: str, cluster: Any, worker: Any, victim_node: str, max_tokens
     check(list(before.items()))
     for t in threads:
         t.join(timeout=120)
-    check([(c, n) for c, n in acked.items() if c not in before], timed=False)
-    answered = None
-    while answered is None and time.monotonic() - killed < 120:
-        try:
-            r = httpx.post(base + "/v1/chat/completions", timeout=30,
-                           json={"messages": [{"role": "user", "content": "still there?"}], "max_tokens": 2})  # fmt: skip
-            if r.status_code == 200:
-                answered = time.monotonic() - killed
-        except httpx.HTTPError:
-            pass
-    return {"acknowledged": len(acked), "lost": len(lost), "endpoint_health_s": health,
+    with lock:  # a client still ending its last request may yet write
+        after = [(c, n) for c, n in acked.items() if c not in before]
+    check(after, timed=False)
+    still = {"messages": [{"role": "user", "content": "still there?"}], "max_tokens": 2}
+    chat = _poll(
+        partial(httpx.post, base + "/v1/chat/completions", timeout=30, json=still),
+        lambda r: r.status_code == 200,
+        killed,
+        120,
+    )
+    answered = time.monotonic() - killed if chat is not None and chat.status_code == 200 else None
+    return {"acknowledged": len(acked), "lost": len(lost), "lost_detail": lost, "endpoint_health_s": health,
             "endpoint_answered_s": answered, "every_lost_context_back_s": back}  # fmt: skip
 
 
@@ -205,7 +223,9 @@ def run_arms(model: Path, args: Any) -> dict[str, Any]:
         return handle, spec
 
     try:
-        for durable in () if args.only == "kill" else (False, True, False, True):  # interleaved: the machine drifts
+        for durable in (
+            () if args.only == "kill" else (False, True, False, True)
+        ):  # interleaved: the machine drifts
             _, spec = fleet(durable, f"nodes-{'on' if durable else 'off'}")
             base = f"http://{HOST}:{spec.port}"
             warm(base)
@@ -216,7 +236,9 @@ def run_arms(model: Path, args: Any) -> dict[str, Any]:
                 out[arm] = got  # each arm's better run
             if durable and "prefixes_fleet" not in out:
                 out["prefixes_fleet"] = workload(base, args.requests, args.max_tokens)
-                print(f"bench.fleet_nodes: prefixes_fleet: {out['prefixes_fleet']}", file=sys.stderr, flush=True)
+                print(
+                    f"bench.fleet_nodes: prefixes_fleet: {out['prefixes_fleet']}", file=sys.stderr, flush=True
+                )
             serve.delete(spec.app_name)
         if args.kill_node:
             _, spec = fleet(True, "nodes-kill")
@@ -259,12 +281,16 @@ def main(args: Any) -> int:
         / max(1e-9, report["prefixes_serve"]["prefix_hit_rate"]),
     }
     t = report["targets"]
-    t["durable_within_5pct"] = (t["durable_ttft_p50_ratio"] or 0) >= 0.95 and (t["durable_throughput_ratio"] or 0) >= 0.95
+    t["durable_within_5pct"] = (t["durable_ttft_p50_ratio"] or 0) >= 0.95 and (
+        t["durable_throughput_ratio"] or 0
+    ) >= 0.95
     t["prefix_hit_at_least_0.9"] = t["prefix_hit_ratio_vs_serve"] >= 0.9
     if "kill" in report:
         kill = report["kill"]
         t["acknowledged_contexts_lost_0"] = kill["lost"] == 0
-        t["endpoint_within_10s"] = kill["endpoint_answered_s"] is not None and kill["endpoint_answered_s"] <= 10
+        t["endpoint_within_10s"] = (
+            kill["endpoint_answered_s"] is not None and kill["endpoint_answered_s"] <= 10
+        )
         t["lost_contexts_back_within_30s"] = kill["every_lost_context_back_s"] <= 30
     print_json(report)
     return 0
