@@ -15,12 +15,13 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 from ..filelock import FileLock
-from .checkpoint import orphans, saved
+from .checkpoint import SUFFIX, orphans, saved
 from .hints import RouteHint
 from .routing import FleetKnowledge
 from .spec import FleetSpec
@@ -29,6 +30,7 @@ from .trust import write_private
 __all__ = ["Recovery"]
 
 log = logging.getLogger("llamay.fleet")
+_FILE_SAFE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class Recovery:
@@ -87,7 +89,16 @@ class Recovery:
         if self.pending(fid):
             return True
         found = self.know.learned(fid)
-        return found is not None and self.know.holder_lost(fid) and (self.root / found[0]).is_dir()
+        if found is not None:
+            return self.know.holder_lost(fid) and (self.root / found[0]).is_dir()
+        # Unknown here (made through another ingress, not yet in any report) but checkpointed
+        # by a replica that is not live: the next sweep brings it back.
+        if not _FILE_SAFE.fullmatch(fid):  # a caller's string: never a path
+            return False
+        live = {v.uid for v in self.know.live()}
+        return self.root.is_dir() and any(
+            (d / f"{fid}{SUFFIX}").is_file() for d in self.root.iterdir() if d.is_dir() and d.name not in live
+        )
 
     def _scan(self, live: set[str]) -> None:
         found: set[str] = set()
