@@ -59,6 +59,7 @@ __all__ = [
     "store_call",
     "server_defaults",
     "effective_params",
+    "model_params",
     "sampling_defaults",
     "loaded_alias",
     "lookup",
@@ -396,6 +397,24 @@ def effective_params(runtime: Any, name: str, path: Path | None) -> dict[str, An
     return {**catalog_defaults(runtime, name), **gguf, **server_defaults(runtime), **own}
 
 
+# How long a loaded model's parameters are kept before they are read again: a change made
+# by another process (`llamay create` in a shell) is seen this much later at most; the
+# server's own store routes apply theirs at once (`Runtime.forget_params`).
+PARAMS_TTL = 5.0
+
+
+def model_params(runtime: Any, lm: LoadedModel) -> dict[str, Any]:
+    """`effective_params` of a loaded model, kept on it for PARAMS_TTL seconds so that a
+    request does not read the store (a manifest, a GGUF header) every time. Reads them when
+    not kept: call off the event loop."""
+    kept = lm.params_memo
+    now = time.monotonic()
+    if kept is None or now - kept[0] > PARAMS_TTL:
+        kept = (now, effective_params(runtime, lm.name, lm.info.path))
+        lm.params_memo = kept
+    return kept[1]
+
+
 async def sampling_defaults(runtime: Any, lm: LoadedModel) -> dict[str, Any]:
     """The sampling fields of a loaded model's `effective_params` (what a request that sets
     none gets over its API's own defaults), read off the event loop."""
@@ -448,7 +467,7 @@ def _env(runtime: Any, lm: LoadedModel, job: Job) -> Env:
 
 
 def _prepare(runtime: Any, lm: LoadedModel, job: Job, load_ns: int) -> Prepared:
-    knobs = job.knobs.under(effective_params(runtime, lm.name, lm.info.path))
+    knobs = job.knobs.under(model_params(runtime, lm))
     knobs.sampling.validate(lm.model.n_vocab)  # logit_bias ids must be in this vocabulary
     env = _env(runtime, lm, job)
     prompts = [i.prompt(lm, env) for i in job.inputs]

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..backend.memory import mem_available
 from ..chat.template import ChatTemplate
@@ -62,6 +62,9 @@ class LoadedModel:
     # Why this model's output may vary with what else the server runs (backend.invariance;
     # empty: it is inside the batch-invariance promise); set at load.
     batch_variance: tuple[str, ...] = ()
+    # The model's parameters before a request's own (chat.prepare.model_params), with the
+    # monotonic time they were read; None: read them on the next request.
+    params_memo: tuple[float, dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         self.traits = detect_traits(self.template.source, self.model.special_id)

@@ -285,6 +285,12 @@ class Runtime:
         (what Ollama's /api/embed asks of a runtime; see `encoders.embed_with`)."""
         return await embed_with(self.encoders, name, texts, truncate=truncate)
 
+    def forget_params(self) -> None:
+        """The store changed: every loaded model reads its parameters again on its next
+        request (chat.prepare.model_params)."""
+        for lm in self.loaded():
+            lm.params_memo = None
+
     async def unload(self, name: str) -> bool:
         """Unload a model (its running requests end with reason 'abort'), or stop its load
         if one is under way; False if it is neither loaded nor loading."""

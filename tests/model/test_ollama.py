@@ -338,6 +338,22 @@ def test_create_copy_delete_pull_with_the_store(tiny_model_path: Path, tmp_path:
             list(c.pull("no-such-source-anywhere:1b", stream=True))
 
 
+def test_creating_a_loaded_name_again_applies_its_new_parameters_at_once(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    # A loaded model keeps its parameters between requests; the store's routes make it read
+    # them again, so the next request after a create already runs under the new ones.
+    with start_server(tiny_model_path, "-ctx", "2048", home=tmp_path / "home") as s:
+        c = client(s)
+        c.create("brief", from_=str(tiny_model_path), parameters={"num_predict": 3, "temperature": 0})
+        assert c.generate("brief", "Hi").eval_count == 3  # loads it, under num_predict 3
+        assert c.generate("brief", "Hi").eval_count == 3  # kept
+        c.create("brief", from_=str(tiny_model_path), parameters={"num_predict": 6, "temperature": 0})
+        again = c.generate("brief", "Hi")
+        assert again.eval_count == 6 and again.done_reason == "length"
+        assert "brief:latest" in {m.model for m in c.ps().models}  # the same load, not a reload
+
+
 def test_tool_names_as_ollama_takes_them(server: ServerProc) -> None:
     dotted = {**WEATHER, "function": {**WEATHER["function"], "name": "weather.get"}}
     c = client(server)

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from ...errors import InvalidRequest
 from ..fields import Fields
 from ..http import read_json
+from ..state import state_of
 from . import describe
 from .common import NotSupported, ndjson_line, ndjson_response, runtime_feature
 
@@ -26,17 +27,33 @@ _GO_TEMPLATE = re.compile(r"\{\{-?\s*(?:\.|(?:if|range|with)\s+\.)")
 _UNSUPPORTED_CREATE = ("files", "adapters", "quantize", "messages")
 
 
+def _changing(request: Request, name: str) -> Callable[..., Any]:
+    """The store's method `name`, made to have every loaded model read its parameters again
+    once it has run (`create` may have given a loaded name new ones)."""
+    change = runtime_feature(request, "store", name)
+    forget = getattr(state_of(request).runtime, "forget_params", None)
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return change(*args, **kwargs)
+        finally:
+            if forget is not None:
+                forget()
+
+    return run
+
+
 async def copy(request: Request) -> Response:
     f = Fields(await read_json(request))
     source, destination = f.text("source", required=True), f.text("destination", required=True)
-    await asyncio.to_thread(runtime_feature(request, "store", "copy"), source, destination)
+    await asyncio.to_thread(_changing(request, "copy"), source, destination)
     return Response(status_code=200)
 
 
 async def delete(request: Request) -> Response:
     f = Fields(await read_json(request))
     name = f.text("model") or f.text("name", required=True)
-    await asyncio.to_thread(runtime_feature(request, "store", "remove"), name)
+    await asyncio.to_thread(_changing(request, "remove"), name)
     return Response(status_code=200)
 
 
@@ -47,7 +64,7 @@ async def pull(request: Request) -> Response:
     f = Fields(await read_json(request))
     source = f.text("model") or f.text("name", required=True)
     local = f.text("name") if f.text("model") else None
-    fetch = runtime_feature(request, "store", "pull")
+    fetch = _changing(request, "pull")
     fresh = {"fresh": True} if f.flag("fresh", False) else {}  # llamay's: drop partial downloads
     return await _respond(f, lambda progress: fetch(source, local, progress=progress, **fresh))
 
@@ -75,7 +92,7 @@ async def create(request: Request) -> Response:
         )
     params = dict(f.obj("parameters") or {})
     system = f.text("system")
-    make = runtime_feature(request, "store", "create")
+    make = _changing(request, "create")
 
     def run(progress: Progress) -> Any:
         return make(name, source, params=params, template=template, system=system, progress=progress)
