@@ -39,7 +39,7 @@ from ..chat.prepare import (
     Knobs,
     ModelRef,
     TextInput,
-    effective_params,
+    model_params,
     prepare,
 )
 from ..chat.tools import ToolChoice
@@ -120,7 +120,7 @@ class LocalBackend:
 
     def _spec(self, opts: Options) -> RunSpec:
         """What a call with `opts` runs with (the model's defaults under them)."""
-        params = effective_params(self.runtime, self.lm.name, self.lm.info.path)
+        params = model_params(self.runtime, self.lm)
         return run_spec(self._knobs(opts).under(params), self.lm.engine.n_ctx, self.runtime.config.max_tokens)
 
     @staticmethod
