@@ -24,7 +24,7 @@ FACT_SCHEMA: dict[str, Any] = {
     "properties": {
         "cities": {
             "type": "array",
-            "minItems": 30,
+            "minItems": 3,
             "maxItems": 40,
             "items": {
                 "type": "object",
@@ -59,7 +59,7 @@ class Sizes:
 
 FULL = Sizes()
 QUICK = Sizes(
-    max_tokens=32,
+    max_tokens=128,
     decode_reps=2,
     run_reps=1,
     mask_passes=2,

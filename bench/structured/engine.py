@@ -86,7 +86,8 @@ def run_engine_decode(path: Path, sizes: Sizes, issues: Issues) -> dict[str, Any
             finally:
                 handle.abort()
             x, n = ev.extra, ev.usage.completion_tokens
-            if n != max_tokens or ev.reason != "length":
+            closed = ev.reason == "stop" and bool(x.get("closed_early"))  # ran to the room's end
+            if n != max_tokens or not (ev.reason == "length" or closed):
                 issues.add(f"engine_decode.{arm}", f"{n} tokens, finish {ev.reason!r}: {ev.message}")
             # The token floor compares position i across repetitions that made the same
             # tokens; greedy output that depends on the request before it is a finding.
