@@ -42,7 +42,10 @@ HTTP_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=30.0, pool=30.0)
 # Above the schema's shortest answer (about 90 tokens): a limit below it is a 400.
 WARMUP_TOKENS = 128
 MASK_LINE = re.compile(r"(\w+) mask: (\d+) steps, ([\d.]+) ms each, ([\d.]+)% of decode")
-GEN_LINE = re.compile(r"generated (\d+) in ([\d.]+)(ms|s) \(([\d.]+|inf) tok/s\) · stop: (\w+)")
+# The drafts part is there only when speculation drafted any.
+GEN_LINE = re.compile(
+    r"generated (\d+) in ([\d.]+)(ms|s) \(([\d.]+|inf) tok/s\) · (?:\d+ of \d+ drafted taken · )?stop: (\w+)"
+)
 
 
 @dataclass

@@ -74,8 +74,8 @@ from .tools import run_tools
 SERVER_START_TIMEOUT = 600.0
 
 
-def serve_argv(model: Path, port: int) -> list[str]:
-    return [sys.executable, "-m", "llamay", "serve", "-m", str(model), "-addr", f"{HOST}:{port}"]
+def serve_argv(model: Path, port: int, flags: list[str]) -> list[str]:
+    return [sys.executable, "-m", "llamay", "serve", "-m", str(model), "-addr", f"{HOST}:{port}", *flags]
 
 
 def served_parts(
@@ -96,7 +96,7 @@ def served_parts(
         with phase(phases, "server_start", f"{spec.key}: starting llamay serve -m {path}"):
             server = start_server(
                 f"structured-{spec.key}",
-                serve_argv(path, port),
+                serve_argv(path, port, spec.serve_flags()),
                 port,
                 "/health",
                 timeout=SERVER_START_TIMEOUT,

@@ -26,6 +26,17 @@ class ModelSpec:
     key: str
     name: str
     fallback: Callable[[], Path]
+    # A chat template from llama.cpp's models/templates (its stem) for a model without one:
+    # chat routes refuse messages for a model that has no template.
+    template: str | None = None
+
+    def serve_flags(self) -> list[str]:
+        """`llamay serve` flags this model needs (its chat template)."""
+        if self.template is None:
+            return []
+        from llamay.testing.families import llama_cpp_models
+
+        return ["-chat-template", str(llama_cpp_models() / "templates" / f"{self.template}.jinja")]
 
 
 def sha256_of(path: Path) -> str:
@@ -60,7 +71,7 @@ def fetch_gemma() -> Path:
 
 MODELS = (
     ModelSpec("smollm2", "smollm2:135m", lambda: SMOLLM2_FALLBACK),
-    ModelSpec("gemma3", "gemma3:270m", fetch_gemma),
+    ModelSpec("gemma3", "gemma3:270m", fetch_gemma, template="google-gemma-2-2b-it"),  # same turns
 )
 
 
