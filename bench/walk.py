@@ -22,6 +22,7 @@ run it with that commit's tree first on PYTHONPATH.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -186,7 +187,9 @@ def _client(base: str, walk: Walk, rounds: int, out: dict[str, Any], done: Calla
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=1, help="requests recorded (default 1)")
     args = parser.parse_args(argv)
     import llamay
@@ -207,10 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         walk.install()
         client.start()
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             cli_main(["serve", "-m", str(model), "-addr", f"127.0.0.1:{port}"])
-        except KeyboardInterrupt:
-            pass
         sys.setprofile(None)
         threading.setprofile(None)  # type: ignore[arg-type]
         client.join(timeout=30)
