@@ -416,9 +416,10 @@ def model_params(runtime: Any, lm: LoadedModel) -> dict[str, Any]:
 
 
 async def sampling_defaults(runtime: Any, lm: LoadedModel) -> dict[str, Any]:
-    """The sampling fields of a loaded model's `effective_params` (what a request that sets
-    none gets over its API's own defaults), read off the event loop."""
-    params = await asyncio.to_thread(effective_params, runtime, lm.name, lm.info.path)
+    """The sampling fields of a loaded model's parameters as its requests get them
+    (`model_params`: what a request that sets none gets over its API's own defaults), read
+    off the event loop when not kept."""
+    params = await asyncio.to_thread(model_params, runtime, lm)
     return {k: v for k, v in params.items() if k in DEFAULTABLE}
 
 
