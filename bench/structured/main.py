@@ -7,10 +7,14 @@ Measures, in one run, on the default model (SmolLM2 135M, 49k vocab) and on Gemm
 
 1. decode: single-stream decode speed through `llamay serve` (SSE, httpx) with a JSON schema
    (`response_format`) against the same prompt unconstrained (end-of-generation banned with
-   logit_bias), greedy, fixed max_tokens. The model keeps listing objects, and as max_tokens
-   runs low the server closes the answer with the schema's shortest ending (`closed_early`),
-   so a constrained answer runs to max_tokens too. A generation's speed is (completion_tokens - 1) / (time from
-   the first content chunk to the finish chunk): the first token's time belongs to prefill.
+   logit_bias), greedy, fixed max_tokens. The schema asks for at least 3 objects (about 90
+   tokens at the shortest, so max_tokens 128 is not refused); as max_tokens runs low the
+   server closes the answer with the schema's shortest ending (`closed_early`), so a
+   constrained answer runs to max_tokens unless the model closes the list itself after the
+   third object (listed under "issues"). While the tokens left are within about twice the
+   shortest ending, the server searches for it after every token, which this arm pays for.
+   A generation's speed is (completion_tokens - 1) / (time from the first content chunk to
+   the finish chunk): the first token's time belongs to prefill.
    A third arm turns the n-gram repetition penalty off (`repetition: false`) to show its
    share. Every repetition runs each arm once, forwards then backwards in turn, so the
    constrained arm always runs right next to the unconstrained one; `ratio` is the median
