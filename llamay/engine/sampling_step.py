@@ -167,8 +167,13 @@ def _in_layout(s: Sequence, logits: np.ndarray, sample: Sample) -> Sample:
 
 def _fit(s: Sequence, sample: Sample, eog: frozenset[int]) -> Sample | Finish:
     """`sample`, unless taking it would leave too few tokens under max_tokens to finish a
-    valid answer: then the first token of the shortest completion (the rest are forced in
-    the next steps), or the end when the answer is complete already."""
+    valid answer: then the first token of a valid ending that fits (the rest are forced in
+    the next steps), or the end when the answer is complete already.
+
+    Once near the end every token is checked, but the constraint keeps the last ending it
+    found and most tokens only need that one checked again (`Constraint.ending_after`);
+    whenever a token is taken, an ending that fits after it is known, so the answer can
+    always still be closed."""
     c = s.constraint
     limit = s.request.stop.max_tokens
     if c is None or limit is None or sample.token in eog:
@@ -176,11 +181,11 @@ def _fit(s: Sequence, sample: Sample, eog: frozenset[int]) -> Sample | Finish:
     left = limit - s.n_generated  # this token included
     if not _near_end(s, left):
         return sample
-    after = c.completion(left - 1, first=sample.token)
+    after = c.ending_after(sample.token, left - 1)
     if after is not None:
         s.room, s.room_at = len(after), s.n_generated + 1  # measured after this token
         return sample
-    now = c.completion(left)
+    now = c.ending(left)
     if now is None:  # no valid ending fits any more: the answer may end incomplete
         return sample
     s.closed_early = True
@@ -193,7 +198,7 @@ def _fit(s: Sequence, sample: Sample, eog: frozenset[int]) -> Sample | Finish:
 def _near_end(s: Sequence, left: int) -> bool:
     assert s.constraint is not None
     if s.room_at < 0 or s.n_generated - s.room_at >= ROOM_EVERY:
-        found = s.constraint.completion(left)
+        found = s.constraint.ending(left)
         # None: no ending fits in what is left, so there is nothing to steer to (looked
         # for again ROOM_EVERY tokens on, in case the model closed something itself).
         s.room, s.room_at = (-1 if found is None else len(found)), s.n_generated

@@ -173,6 +173,11 @@ class Constraint:
         # Where the text consumed so far stands, for `completion` and, for the indented
         # layout, for `keeps_layout`.
         self._scan = new_scan(grammar)
+        # A valid ending from the current state, kept so the next one is usually checked
+        # rather than searched for (`ending_after`); None when not known. `_pending` is the
+        # ending `ending_after` found after a token not yet consumed.
+        self._known: list[int] | None = None
+        self._pending: tuple[int, list[int]] | None = None
 
     @property
     def error(self) -> str | None:
@@ -198,6 +203,7 @@ class Constraint:
             return False
         if self._matcher.consume_token(token):
             self._scan.feed(self._closing.piece(token))
+            self._follow(token)
             return True
         self._error = matcher_error(self._matcher) or f"token {token} rejected by the grammar"
         return False
@@ -270,14 +276,105 @@ class Constraint:
 
     def completion(self, limit: int, first: int | None = None) -> list[int] | None:
         """A shortest completion from here (after `first`, when given) of at most `limit`
-        tokens, or None (see `closing.shortest_completion`). Advances nothing."""
+        tokens, or None (see `closing.shortest_completion`). Advances nothing, but the
+        constraint keeps what it finds for `ending` and `ending_after`."""
         if self._error is not None:
             return None
-        return shortest_completion(
+        found = shortest_completion(
             self._matcher, self._closing, limit, first=first, scan=self._scan, examples=self._examples
         )
+        if found is not None:
+            if first is None:
+                self._known = found
+            else:
+                self._pending = (first, found)
+        return found
+
+    def ending(self, limit: int) -> list[int] | None:
+        """A valid ending from here of at most `limit` tokens: the one kept from an earlier
+        search when it fits, else `completion(limit)`. Advances nothing."""
+        if self._error is not None:
+            return None
+        known = self._known
+        if known is not None and len(known) <= limit:
+            return list(known)
+        return self.completion(limit)
+
+    def ending_after(self, token: int, limit: int) -> list[int] | None:
+        """A valid ending of at most `limit` tokens after `token` (not yet consumed), or
+        None when none is found (see `completion`). Advances nothing.
+
+        Most tokens leave the text of the last ending valid, so that is tried first
+        (`_reuse`) and checked: one pass of the matcher over it, and of the layout over its
+        bytes. A search runs only when that fails or is too long."""
+        if self._error is not None:
+            return None
+        known = self._known
+        if known is not None:
+            if known and known[0] == token:
+                after: list[int] | None = known[1:]  # the ending's own path: valid as it is
+            else:
+                after = self._reuse(token, known)
+                if after is not None and not self._still_ends(token, after):
+                    after = None
+            if after is not None and len(after) <= limit:
+                self._pending = (token, after)
+                return list(after)
+        return self.completion(limit, first=token)
+
+    def _reuse(self, token: int, known: list[int]) -> list[int] | None:
+        """What is left of `known`'s text after `token`, as tokens, when it is likely still
+        an ending: `token` writes a start of that text (a piece of whitespace, an opening
+        quote), or writes the same up to a point inside a string and then only plain string
+        text, which the ending's closing quote still closes. Else None. Not checked here."""
+        piece = self._closing.piece
+        mine = piece(token)
+        text = b"".join(piece(t) for t in known)
+        same = 0
+        for a, b in zip(mine, text, strict=False):
+            if a != b:
+                break
+            same += 1
+        if same < len(mine):  # the token goes its own way after `same` bytes
+            if b'"' in mine[same:] or b"\\" in mine[same:]:
+                return None
+            scan = self._scan.copy()
+            scan.feed(mine[:same])
+            if not scan.in_string or scan.escaped:
+                return None
+        if same == 0:
+            return known
+        return list(self._closing.tokenizer.tokenize_bytes(text[same:]))
+
+    def _still_ends(self, token: int, ending: list[int]) -> bool:
+        """Whether `ending` is still a valid ending after `token`: the grammar takes both
+        and then accepts (an end-of-text token is taken), and the layout keeps the bytes."""
+        if not self.eos_tokens:
+            return False
+        run = [token, *ending, self.eos_tokens[0]]
+        if self._matcher.validate_tokens(run) != len(run):
+            return False
+        scan = self._scan
+        if not isinstance(scan, Indented):
+            return True
+        after = scan.copy()
+        piece = self._closing.piece
+        after.feed(piece(token))  # the token was judged apart (sampling_step._in_layout)
+        return after.feed(b"".join(piece(t) for t in ending))
+
+    def _follow(self, token: int) -> None:
+        """Keep the known ending in step with the consumed `token`."""
+        pending, self._pending = self._pending, None
+        known = self._known
+        if pending is not None and pending[0] == token:
+            self._known = pending[1]
+        elif known and known[0] == token:
+            self._known = known[1:]
+        else:
+            self._known = None
 
     def rollback(self, n_tokens: int) -> bool:
         """Undo the last `n_tokens` consumed tokens (for speculative decoding). The text's
         scan for `completion` and `keeps_layout` is not undone: steer nothing after this."""
+        self._known = self._pending = None
         return self._error is None and self._matcher.rollback(n_tokens)
