@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..auth import CURRENT_PRINCIPAL
 from ..engine.request import ConstraintPlan
 from ..engine.scheduler import common_prefix
 from ..errors import Conflict, InvalidRequest, LlamayError, ModelNotFound
@@ -453,6 +454,9 @@ async def lookup(runtime: Any, ref: ModelRef) -> tuple[LoadedModel, int]:
 async def prepare(runtime: Any, job: Job) -> Prepared:
     """`job` ready to run on the model it names (see the module's docstring)."""
     lm, load_ns = await lookup(runtime, job.model)
+    # A principal whose queue is full is refused before its prompts are rendered and
+    # tokenized: one that keeps re-sending a large batch costs the others almost nothing.
+    lm.engine.check_queue(CURRENT_PRINCIPAL.get().tenant, len(job.inputs) * job.knobs.n)
     return await asyncio.to_thread(_prepare, runtime, lm, job, load_ns)
 
 

@@ -120,6 +120,12 @@ class Engine:
             self._cond.notify()
         return handles
 
+    def check_queue(self, tenant: str, adding: int) -> None:
+        """Raise what `submit_many` would (QueueLimit / Overloaded) if `tenant` could not
+        queue `adding` more sequences now, so a caller refuses before preparing them."""
+        with self._cond:
+            self._tenants.check_room(self._tenants.key(tenant), adding, len(self._running))
+
     def _check(self, request: GenerateRequest) -> None:
         if not request.tokens:
             raise InvalidRequest("the prompt is empty", param="prompt")

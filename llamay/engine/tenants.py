@@ -119,7 +119,11 @@ class Tenants:
         self._interactive = False
 
     def of(self, request: GenerateRequest) -> str:
-        return request.tenant if self.fair else ""
+        return self.key(request.tenant)
+
+    def key(self, tenant: str) -> str:
+        """The queue a principal's sequences go to: its own when fair, else the one queue."""
+        return tenant if self.fair else ""
 
     def check_room(self, tenant: str, adding: int, n_running: int) -> None:
         """Raise unless `tenant` may queue `adding` more sequences: QueueLimit (429) past a

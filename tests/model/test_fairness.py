@@ -62,6 +62,11 @@ def test_a_flood_of_prompts_neither_refuses_nor_starves_another_user(server: Ser
         assert more.status_code == 429, more.text
         assert more.headers["retry-after"].isdigit()
         assert "at most 64 sequences waiting" in more.json()["error"]["message"]
+        # refused before its prompts are prepared: a bias on a token the model lacks (a 400
+        # once the prompt is prepared) is not even looked at while the queue is full
+        bad = {"prompt": ["x"] * N_PROMPTS, "max_tokens": 4, "logit_bias": {"99999999": 1}}
+        early = httpx.post(server.url + "/completions", headers=ANN, json=bad, timeout=60)
+        assert early.status_code == 429, early.text
         # bob's chats, OpenAI's and Ollama's, are all answered while ann's backlog still
         # waits: admitted ahead of it, not after it
         for round_ in range(3):
