@@ -476,8 +476,11 @@ class Engine:
             return
         s.done = True
         completed = reason in ("stop", "length")
+        # A request its client left keeps what it computed as a cached prefix, as one that
+        # finished does: the next turn, or the same question asked again, starts from it.
+        cache = s.request.cache and (completed or reason == "abort")
         context_id = self.kv.settle(
-            s, s.request.session, completed=completed, cache=s.request.cache, namespace=s.request.namespace
+            s, s.request.session, completed=completed, cache=cache, namespace=s.request.namespace
         )
         if reason == "abort":
             self.stats.aborted += 1

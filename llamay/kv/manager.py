@@ -192,15 +192,16 @@ class KvManager:
         self, s: Settled, session: SessionLike | None, *, completed: bool, cache: bool, namespace: str = ""
     ) -> str | None:
         """A request of `namespace` ended; its sequence's id is no longer the caller's.
-        `completed`: it ended with stop or length (its KV is worth keeping). A completed
-        session request's sequence becomes the context's holder (a new context, in
-        `namespace`, with `session.create`); else a completed request's sequence becomes a
-        prefix-cache entry of `namespace` when `cache`; else it is freed. Returns the
-        context id that took the sequence, if one did."""
+        `completed`: it ended with stop or length. A completed session request's sequence
+        becomes the context's holder (a new context, in `namespace`, with `session.create`);
+        else, with `cache`, a completed request's sequence, or any request's outside a
+        session (one its client left: what it computed is as good), becomes a prefix-cache
+        entry of `namespace`; else it is freed. Returns the context id that took the
+        sequence, if one did."""
         ok = completed and s.n_past > 0
         cid = self._settle_session(s, session, ok, namespace)
         if cid is None:
-            if ok and cache:
+            if cache and s.n_past > 0 and (ok or session is None):
                 self.pool.keep(s.seq_id, s.tokens[: self._shareable(s)], namespace=namespace)
             else:
                 self.pool.release(s.seq_id)

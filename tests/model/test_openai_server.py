@@ -209,7 +209,7 @@ def test_disconnect_mid_stream_frees_kv(server: ServerProc) -> None:
     aborted_before = health()["aborted"]
     # End-of-generation tokens banned: only the disconnect can end this request early.
     body = {
-        "messages": PROMPT,
+        "messages": [{"role": "user", "content": "A question no other test asks: why do tides turn?"}],
         "max_tokens": 1900,
         "stream": True,
         "temperature": 0,
@@ -231,6 +231,12 @@ def test_disconnect_mid_stream_frees_kv(server: ServerProc) -> None:
         time.sleep(0.05)
     assert m["running"] == 0 and m["kv_cells"] == 0
     assert m["aborted"] == aborted_before + 1
+    # what it computed was kept as a cached prefix: the same question again starts from it
+    again = httpx.post(
+        server.url + "/chat/completions", json={**body, "stream": False, "max_tokens": 1}, timeout=60
+    )
+    usage = again.json()["usage"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= usage["prompt_tokens"] - 16, usage
 
 
 def test_context_full_finishes_with_length(tiny_model_path: Path, tmp_path: Path) -> None:

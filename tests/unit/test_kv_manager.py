@@ -67,15 +67,26 @@ def test_a_finished_request_is_cached_without_its_generated_positions(tmp_path: 
     assert kv.attach(new, [1, 2, 3, 4, 9, 9], 4, context_id=None, share=False) == 0
 
 
-@pytest.mark.parametrize(("completed", "cache"), [(False, True), (True, False)])
-def test_an_unfinished_or_uncached_request_frees_its_sequence(
-    tmp_path: Path, completed: bool, cache: bool
-) -> None:
+def test_an_uncached_request_frees_its_sequence(tmp_path: Path) -> None:
     kv, ctx = manager(tmp_path)
     s = run(kv, ctx, [1, 2, 3], [4])
-    assert kv.settle(s, None, completed=completed, cache=cache) is None
+    assert kv.settle(s, None, completed=True, cache=False) is None
     assert s.seq_id not in kv.pool.entries and s.seq_id not in ctx.tags
     assert s.seq_id in kv.pool.free
+
+
+def test_an_unfinished_request_keeps_its_prompt_cached_unless_it_continued_a_context(tmp_path: Path) -> None:
+    kv, ctx = manager(tmp_path)
+    left = run(kv, ctx, [1, 2, 3], [4])  # its client left: what it computed is kept
+    assert kv.settle(left, None, completed=False, cache=True) is None
+    assert kv.pool.entries[left.seq_id].tokens == [1, 2, 3]
+    made = run(kv, ctx, [5, 6, 7], [])
+    cid = kv.settle(made, SessionSpec(create=True, owner="ann"), completed=True, cache=True)
+    assert cid is not None
+    turn = run(kv, ctx, [5, 6, 7, 8, 9], [])  # a turn of that context, left unfinished
+    assert kv.settle(turn, SessionSpec(context_id=cid, owner="ann"), completed=False, cache=True) is None
+    assert turn.seq_id not in kv.pool.entries and turn.seq_id in kv.pool.free
+    assert kv.get(cid).n_kv == 3  # the context is as it was
 
 
 def test_a_session_creates_then_continues_a_context(tmp_path: Path) -> None:
