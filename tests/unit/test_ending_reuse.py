@@ -18,25 +18,17 @@ from llamay.grammar import CompileCache, Constraint, Grammar, allocate_mask
 from llamay.grammar import constraint as constraint_module
 from llamay.grammar.runtime import mask_tokens
 from llamay.types import StopSpec
+from tests.unit.test_layout_step import _JoinedVocab
 from tests.unit.test_sampling_outcome import MODEL, favour, make
 
 
-class _Vocab:
+class _Vocab(_JoinedVocab):
     """Bytes, and tokens that join whitespace runs, quotes, punctuation and letters."""
 
     WORDS = [
         b"\n  ", b"\n    ", b"\n      ", b"  ", b"    ", b' "', b'",', b'":', b'": "', b"},",
         b"ab", b"cd", b"abc", b' "x', b"[\n", b"{\n", b"\n    }", b'""',
     ]  # fmt: skip
-
-    def __init__(self) -> None:
-        self.tokens = [bytes([b]) for b in range(256)] + self.WORDS + [b"</s>"]
-        self.eos_token_id = len(self.tokens) - 1
-        self.bos_token_id = None
-        self.special_token_ids = [self.eos_token_id]
-
-    def __call__(self, text: bytes) -> list[int]:
-        return list(text)
 
 
 EOS = _Vocab().eos_token_id
