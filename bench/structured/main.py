@@ -12,7 +12,8 @@ Measures, in one run, on the default model (SmolLM2 135M, 49k vocab) and on Gemm
    server closes the answer with the schema's shortest ending (`closed_early`), so a
    constrained answer runs to max_tokens unless the model closes the list itself after the
    third object (listed under "issues"). While the tokens left are within about twice the
-   shortest ending, the server searches for it after every token, which this arm pays for.
+   shortest ending, the server checks after every token that an ending still fits (mostly
+   the last one found, checked again; now and then a search), which this arm pays for.
    A generation's speed is (completion_tokens - 1) / (time from the first content chunk to
    the finish chunk): the first token's time belongs to prefill.
    A third arm turns the n-gram repetition penalty off (`repetition: false`) to show its
