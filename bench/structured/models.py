@@ -34,9 +34,9 @@ class ModelSpec:
         """`llamay serve` flags this model needs (its chat template)."""
         if self.template is None:
             return []
-        from llamay.testing.families import llama_cpp_models
+        from llamay.testing.families import llama_cpp_template
 
-        return ["-chat-template", str(llama_cpp_models() / "templates" / f"{self.template}.jinja")]
+        return ["-chat-template", str(llama_cpp_template(self.template))]
 
 
 def sha256_of(path: Path) -> str:

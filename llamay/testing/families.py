@@ -51,7 +51,7 @@ from llamay.testing._gguf_raw import (
     write_gguf,
 )
 
-__all__ = ["FAMILIES", "Family", "llama_cpp_models", "family_template", "write_family"]
+__all__ = ["FAMILIES", "Family", "llama_cpp_models", "llama_cpp_template", "family_template", "write_family"]
 
 LLAMA_CPP_VERSION = "0.3.36"  # setup.sh's LLAMA_CPP_VERSION
 
@@ -174,9 +174,14 @@ def llama_cpp_models() -> Path:
     return root
 
 
+def llama_cpp_template(stem: str) -> Path:
+    """The path of one of llama.cpp's chat templates, by its file's stem."""
+    return llama_cpp_models() / "templates" / f"{stem}.jinja"
+
+
 def family_template(family: Family) -> str:
     """The family's chat template text."""
-    return (llama_cpp_models() / "templates" / f"{family.template}.jinja").read_text(encoding="utf-8")
+    return llama_cpp_template(family.template).read_text(encoding="utf-8")
 
 
 @cache
