@@ -19,6 +19,7 @@ __all__ = ["QUANTS", "quantize_gguf"]
 
 #: File types by the names llama-quantize and model downloads use (llama.h's llama_ftype).
 QUANTS: dict[str, int] = {
+    "F32": 0,
     "F16": 1,
     "Q4_0": 2,
     "Q4_1": 3,
@@ -40,11 +41,14 @@ def quantize_gguf(
     *,
     threads: int = 2,
     pure: bool = False,
+    requantize: bool = False,
 ) -> Path:
     """Write `src` (an F32 or F16 GGUF) quantised as `kind` (a key of QUANTS) to `dst`, with
     llama.cpp's own choice of type per tensor; `pure` quantises every matrix, the output one
-    included, to the one type. Returns `dst` as a Path; ValueError for an unknown kind,
-    RuntimeError when llama.cpp fails."""
+    included, to the one type. `requantize` lets `src` be quantised itself (its weights are
+    dequantised first: kind "F32" writes exactly the values a quantised file stands for).
+    Returns `dst` as a Path; ValueError for an unknown kind, RuntimeError when llama.cpp
+    fails."""
     from llamay.backend.native import ensure_backend, llama_cpp
 
     if kind not in QUANTS:
@@ -54,6 +58,7 @@ def quantize_gguf(
     params.ftype = QUANTS[kind]
     params.nthread = threads
     params.pure = pure
+    params.allow_requantize = requantize
     out = Path(dst)
     status = llama_cpp.llama_model_quantize(str(src).encode(), str(out).encode(), ctypes.byref(params))
     if status != 0:
