@@ -9,7 +9,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from bench.quants.main import best, compare, run_order
+from bench.quants.main import DEFAULT_TARGETS, best, compare, run_order
 from bench.quants.models import bytes_per_token
 
 
@@ -39,6 +39,15 @@ def test_compare_puts_llamay_ahead_above_one() -> None:
     assert got["prompt_heavy_c8_ratio"]["value"] == 1.5
     failed = compare({**mine, "decode_tok_s": math.nan}, anchor, limit=40.0)
     assert failed["decode_ratio"]["met"] is None
+
+
+def test_the_default_model_is_judged_on_its_own_targets_and_reports_the_rest() -> None:
+    mine = {"decode_tok_s": 21.0, "prefill_tok_s": 100.0, "prompt_heavy_500_c8_wall_s": 10.0}
+    anchor = {"decode_tok_s": 20.0, "prefill_tok_s": 120.0, "prompt_heavy_500_c8_wall_s": 12.5}
+    got = compare(mine, anchor, limit=40.0, targets=DEFAULT_TARGETS)
+    assert got["decode_ratio"]["target"] == 1.1 and got["decode_ratio"]["met"] is False  # 1.05
+    assert got["prompt_heavy_c8_ratio"] == {"value": 1.25, "target": 1.2, "met": True}
+    assert got["prefill_ratio"] == {"value": 100.0 / 120.0, "target": None, "met": None}
 
 
 def _write(path: Path, tensors: dict[str, np.ndarray]) -> Path:
