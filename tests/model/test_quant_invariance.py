@@ -21,11 +21,10 @@ import gguf
 import pytest
 
 from llamay.backend.model import Model
-from llamay.testing import quantize_gguf, write_tiny_llama
+from llamay.testing import quantize_gguf
 
 from .invariance import check_batched, check_prefix_hit, check_read, check_restore
 
-SHAPE = {"n_embd": 512, "n_ff": 768, "n_layer": 2, "n_head": 8, "n_head_kv": 4}
 # The matrix types each file must hold. llama.cpp's mixes keep the output matrix in Q6_K in most
 # files; "Q4_0-pure" has it in Q4_0 too, with the tiny vocabulary's 559 rows, which no repacked
 # layout takes (they need a multiple of 8), so it goes through llamafile's sgemm and vec_dot.
@@ -40,19 +39,14 @@ QUANTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def f32_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_llama(tmp_path_factory.mktemp("quant-f32") / "tiny-f32.gguf", **SHAPE)
-
-
 @pytest.fixture(scope="module", params=list(QUANTS))
 def model(
-    request: pytest.FixtureRequest, f32_path: Path, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, quant_source_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Model]:
     name: str = request.param
     kind, _, variant = name.partition("-")
     out = tmp_path_factory.mktemp("quant") / f"tiny-{name}.gguf"
-    path = quantize_gguf(f32_path, out, kind, pure=variant == "pure")
+    path = quantize_gguf(quant_source_path, out, kind, pure=variant == "pure")
     found = {t.tensor_type.name for t in gguf.GGUFReader(path).tensors if len(t.shape) > 1}
     assert found == QUANTS[name], f"{name}: llama.cpp wrote {sorted(found)}"
     m = Model(path)

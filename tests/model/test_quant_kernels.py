@@ -18,16 +18,9 @@ import numpy as np
 import pytest
 
 from llamay.backend.model import Model
-from llamay.testing import quantize_gguf, write_tiny_llama
+from llamay.testing import quantize_gguf
 
 from .invariance import PROMPT, read
-
-SHAPE = {"n_embd": 512, "n_ff": 768, "n_layer": 2, "n_head": 8, "n_head_kv": 4}
-
-
-@pytest.fixture(scope="module")
-def f32_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_llama(tmp_path_factory.mktemp("kernels-f32") / "tiny-f32.gguf", **SHAPE)
 
 
 def _correlations(a: list[np.ndarray], b: list[np.ndarray]) -> list[float]:
@@ -37,9 +30,9 @@ def _correlations(a: list[np.ndarray], b: list[np.ndarray]) -> list[float]:
 
 @pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", "Q4_K_M", "Q6_K"])
 def test_a_quantised_model_computes_with_its_stored_weights(
-    kind: str, f32_path: Path, tmp_path: Path
+    kind: str, quant_source_path: Path, tmp_path: Path
 ) -> None:
-    quantised = quantize_gguf(f32_path, tmp_path / f"tiny-{kind}.gguf", kind)
+    quantised = quantize_gguf(quant_source_path, tmp_path / f"tiny-{kind}.gguf", kind)
     back = quantize_gguf(quantised, tmp_path / f"tiny-{kind}-f32.gguf", "F32", requantize=True)
     assert {t.tensor_type.name for t in gguf.GGUFReader(back).tensors} == {"F32"}
     mq, mf = Model(quantised), Model(back)
