@@ -257,19 +257,33 @@ def test_context_full_finishes_with_length(tiny_model_path: Path, tmp_path: Path
 
 
 def test_queue_full_gets_503_with_retry_after(tiny_model_path: Path, tmp_path: Path) -> None:
-    with start_server(tiny_model_path, "-concurrency", "1", "-queue", "1", home=tmp_path) as s:
-        body = {"messages": PROMPT, "max_tokens": 300, "temperature": 0}
+    """One sequence runs, one waits, the next is refused. Each step is reached by watching the
+    server's own counts, not by racing threads, so the outcome is the same on any machine."""
+    args = ("-concurrency", "1", "-queue", "1", "-ctx", "8192")
+    with start_server(tiny_model_path, *args, home=tmp_path) as s:
+        no_end = {str(t): -100 for t in range(3)}  # generate to max_tokens
+        long = {"messages": PROMPT, "max_tokens": 6000, "temperature": 0, "logit_bias": no_end}
+        short = {"messages": PROMPT, "max_tokens": 8, "temperature": 0}
 
-        def post() -> httpx.Response:
-            return httpx.post(s.url + "/chat/completions", json=body, timeout=60)
+        def load() -> tuple[int, int]:
+            m = httpx.get(s.base + "/health", timeout=60).json()["models"][0]
+            return int(m["running"]), int(m["waiting"])
 
-        with cf.ThreadPoolExecutor(4) as pool:
-            responses = [f.result() for f in [pool.submit(post) for _ in range(4)]]
-        codes = sorted(r.status_code for r in responses)
-        assert codes.count(200) >= 2 and 503 in codes
-        busy = next(r for r in responses if r.status_code == 503)
-        assert busy.headers["retry-after"].isdigit() and "queue" in busy.json()["error"]["message"]
-        assert post().status_code == 200
+        with cf.ThreadPoolExecutor(2) as pool:
+            running = pool.submit(httpx.post, s.url + "/chat/completions", json=long, timeout=300)
+            while load()[0] < 1:
+                assert not running.done(), running.result().text
+                time.sleep(0.02)
+            queued = pool.submit(httpx.post, s.url + "/chat/completions", json=short, timeout=300)
+            while load()[1] < 1:
+                assert not running.done(), "the long request ended before the second one queued"
+                assert not queued.done(), queued.result().text
+                time.sleep(0.02)
+            busy = httpx.post(s.url + "/chat/completions", json=short, timeout=60)
+            assert busy.status_code == 503, busy.text
+            assert busy.headers["retry-after"].isdigit() and "queue" in busy.json()["error"]["message"]
+            assert running.result().status_code == 200 and queued.result().status_code == 200
+        assert httpx.post(s.url + "/chat/completions", json=short, timeout=60).status_code == 200
 
 
 def test_stalled_reader_is_dropped_and_its_kv_freed(tiny_model_path: Path, tmp_path: Path) -> None:
