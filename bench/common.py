@@ -16,6 +16,7 @@ __all__ = [
     "DONE",
     "BadEvent",
     "all_or_first_failure",
+    "cpu_info",
     "machine_info",
     "percentile",
     "print_json",
@@ -80,11 +81,35 @@ def sse_event(data: str) -> dict[str, Any]:
     return event
 
 
+# The x86 extensions llama.cpp's CPU kernels (and native/'s) choose between: the same model file
+# runs different kernels, at different speeds, on a machine with another set.
+SIMD_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "avx512_bf16")
+
+
+def cpu_info(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
+    """The first CPU's model name and which of SIMD_FLAGS it has, read from `cpuinfo`; empty
+    where the file is missing or unreadable (not Linux)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            text = f.read(1 << 20)
+    except OSError:
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the first processor's block ends
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    return {"model": fields.get("model name", ""), "simd": [f for f in SIMD_FLAGS if f in flags]}
+
+
 def machine_info(load_start: tuple[float, float, float], busy_warning: str) -> dict[str, Any]:
-    """CPU count and load averages (os.getloadavg() taken at the start, and now), with
-    `busy_warning` under "warning" when other processes kept over half the CPUs busy at the start."""
+    """CPU count, model and SIMD extensions (cpu_info), and load averages (os.getloadavg() taken
+    at the start, and now), with `busy_warning` under "warning" when other processes kept over
+    half the CPUs busy at the start."""
     cpus = os.cpu_count() or 1
-    info: dict[str, Any] = {"cpus": cpus, "loadavg_start": load_start, "loadavg_end": os.getloadavg()}
+    info: dict[str, Any] = {"cpus": cpus, "cpu": cpu_info(), "loadavg_start": load_start, "loadavg_end": os.getloadavg()}
     if load_start[0] > 0.5 * cpus:
         info["warning"] = busy_warning
     return info

@@ -39,7 +39,7 @@ import httpx
 
 from llamay.testing.server import HOST, ServerError, free_port, log_tail, start_server
 
-from ..common import print_json, stop_on_sigterm
+from ..common import machine_info, print_json, stop_on_sigterm
 from . import llama_server
 from .load import REQUEST_TIMEOUT, Prompts, RequestFailed, Vocab
 from .phases import FULL, QUICK, Sizes, Workload, phases
@@ -265,18 +265,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def machine_info(load_start: tuple[float, float, float]) -> dict[str, Any]:
-    """CPU count and load averages (the end one includes the last server's own threads); a
-    warning when other processes were already busy before the benchmark started."""
-    cpus = os.cpu_count() or 1
-    load_end = os.getloadavg()
-    info: dict[str, Any] = {"cpus": cpus, "loadavg_start": load_start, "loadavg_end": load_end}
-    if load_start[0] > 0.5 * cpus:
-        info["warning"] = (
-            "other processes were using the CPUs (see loadavg): the numbers and ratios are distorted "
-            "by contention and are not representative; rerun on an idle machine"
-        )
-    return info
+BUSY = (
+    "other processes were using the CPUs (see loadavg): the numbers and ratios are distorted "
+    "by contention and are not representative; rerun on an idle machine"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -340,7 +332,7 @@ def run_all(
         "quick": args.quick,
         "interrupted": interrupted,
         "model": str(model),
-        "machine": machine_info(load_start),
+        "machine": machine_info(load_start, BUSY),
         "settings": {
             "ctx": args.ctx,
             "threads": args.threads,

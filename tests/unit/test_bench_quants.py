@@ -9,6 +9,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from bench.common import cpu_info
 from bench.quants.main import DEFAULT_TARGETS, best, compare, run_order
 from bench.quants.models import bytes_per_token
 
@@ -72,3 +73,11 @@ def test_a_token_reads_every_matrix_and_the_output_but_not_the_embedding_rows(tm
     output = {"output.weight": np.zeros((100, 32), np.float32)}
     untied = _write(tmp_path / "untied.gguf", {**embd, **layer, **output})
     assert bytes_per_token(untied) == 8 * 32 * 2 + 32 * 4 + 100 * 32 * 4
+
+
+def test_cpu_info_reads_the_first_processors_model_and_simd_extensions(tmp_path: Path) -> None:
+    block = "processor\t: {n}\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 fma f16c avx512f avx512_vnni{extra}\n\n"
+    path = tmp_path / "cpuinfo"
+    path.write_text(block.format(n=0, extra="") + block.format(n=1, extra=" avx_vnni"))
+    assert cpu_info(str(path)) == {"model": "AMD EPYC", "simd": ["avx2", "fma", "f16c", "avx512f", "avx512_vnni"]}
+    assert cpu_info(str(tmp_path / "missing")) == {}
