@@ -4,9 +4,10 @@ llama.cpp's own quantiser.
 
 llama.cpp multiplies a weight matrix by one column (a decoding token) and by many (a prompt,
 several sequences decoding together) with different kernels: repacked (interleaved) layouts
-with their own one- and many-column kernels for Q4_0, Q4_K and Q8_0, a tiled kernel for K-quants
-from 8 columns on, llamafile's sgemm for Q4_0 and Q8_0 from 2 (matrices whose row count is not a
-multiple of 8, like the tiny vocabulary's output matrix). native/ makes each of them
+with their own one- and many-column kernels for Q4_0, Q4_1, Q4_K, Q5_K, Q6_K and Q8_0 (Q6_K with
+VNNI), a tiled kernel for K-quants from 8 columns on, llamafile's sgemm for Q4_0 and Q8_0 from 2
+(matrices whose row count is not a multiple of 8, like the tiny vocabulary's output matrix),
+0005's kernel for Q4_1 there. native/ makes each of them
 compute a column with exactly the operations, in the same order, that the others use. The
 model is tiny but its rows span several quantisation blocks (512 and 768 wide: two and three
 256-wide K-quant superblocks), and each file is checked to hold the weight types it is named
