@@ -17,7 +17,7 @@ import os
 __all__ = ["ALLOW_UNPATCHED", "PATCH_LEVEL", "UnpatchedEngine", "check_patch_level", "patch_level"]
 
 # The number of patches in native/ (0007-patch-level.patch returns the same); raised with it.
-PATCH_LEVEL = 21
+PATCH_LEVEL = 22
 # Set to 1 to run on an unpatched llama.cpp anyway: logged as "determinism off".
 ALLOW_UNPATCHED = "LLAMAY_ALLOW_UNPATCHED"
 
