@@ -21,11 +21,13 @@ CONFIG = ContextConfig(n_ctx=1024, n_batch=256, n_seq_max=12, n_threads=2, n_thr
 PAD = 11  # a sequence id no other list here uses
 
 
-def read(model: Model, tokens: list[int], step: int, keep: int = 0) -> list[np.ndarray]:
+def read(
+    model: Model, tokens: list[int], step: int, keep: int = 0, config: ContextConfig = CONFIG
+) -> list[np.ndarray]:
     """The logits of every position from `keep` on, reading `tokens` `step` at a time into one
     sequence."""
     rows: list[np.ndarray] = []
-    with Context(model, CONFIG) as ctx:
+    with Context(model, config) as ctx:
         for start in range(0, len(tokens), step):
             b = ctx.batch
             b.clear()
@@ -91,13 +93,19 @@ def differing(a: list[np.ndarray], b: list[np.ndarray]) -> list[int]:
     return [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if not np.array_equal(x, y)]
 
 
-def check_read(model: Model, length: int = 45, keep: int = 0, splits: tuple[int, ...] = (9, 5, 4, 2)) -> None:
+def check_read(
+    model: Model,
+    length: int = 45,
+    keep: int = 0,
+    splits: tuple[int, ...] = (9, 5, 4, 2),
+    config: ContextConfig = CONFIG,
+) -> None:
     """A prompt read at once, in `splits` and token by token: the same logits at every position
     (from `keep` on)."""
     tokens = [5 + (11 * i) % 60 for i in range(length)]
-    one_by_one = read(model, tokens, 1, keep)
-    for step in (min(length, CONFIG.n_batch), *splits):
-        assert differing(read(model, tokens, step, keep), one_by_one) == [], f"{step} tokens per batch"
+    one_by_one = read(model, tokens, 1, keep, config)
+    for step in (min(length, config.n_batch), *splits):
+        assert differing(read(model, tokens, step, keep, config), one_by_one) == [], f"{step} tokens per batch"
 
 
 def check_batched(model: Model) -> None:

@@ -17,6 +17,7 @@ for, so the kernels under test are the ones that run.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import gguf
@@ -25,7 +26,7 @@ import pytest
 from llamay.backend.model import Model
 from llamay.testing import quantize_gguf
 
-from .invariance import check_batched, check_prefix_hit, check_read, check_restore
+from .invariance import CONFIG, check_batched, check_prefix_hit, check_read, check_restore
 
 # The matrix types each file must hold. llama.cpp's mixes keep the output matrix in Q6_K in most
 # files; "Q4_0-pure" has it in Q4_0 too, with the tiny vocabulary's 559 rows, which no repacked
@@ -58,6 +59,14 @@ def model(
 
 def test_a_prompt_read_at_once_in_splits_and_token_by_token_gives_the_same_logits(model: Model) -> None:
     check_read(model)
+
+
+def test_rows_split_unevenly_between_threads_give_the_same_logits(model: Model) -> None:
+    """Three threads split the 512- and 256-row matrices into chunks of an odd number of 8-row
+    groups (40 rows, 24 rows), where the repacked many-column kernels that take two groups at
+    a time (native/0022, AVX-512 VNNI machines) finish with one group the 256-bit way: still
+    the logits of reading token by token."""
+    check_read(model, config=replace(CONFIG, n_threads=3, n_threads_batch=3))
 
 
 def test_a_sequence_alone_and_among_nine_others_gives_the_same_logits(model: Model) -> None:
