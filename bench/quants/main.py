@@ -2,13 +2,17 @@
 Llama-3.2-shaped random-weight models in the quantisations people download.
 
     .venv/bin/python -m bench.quants [--shapes 1b,3b] [--quants Q4_0,Q4_K_M,...] [--anchor-runs 3]
+    .venv/bin/python -m bench.quants --phases decode --llamay-runs 3 --nospec-runs 3   # decode only
     .venv/bin/python -m bench.quants --default-model --quants ""   # llamay's default model only
 
 For each shape and quantisation (models.py writes and quantises them once, cached), runs the
 serving benchmark's decode (single stream), prefill (1,000-token prompts) and prompt-heavy
 workload (16 distinct 500-token prompts from 8 clients, 8 tokens out) on llama-server and on
 llamay, interleaved (llama-server, llamay, llama-server, ...): llama-server's speed moves by up to
-2x from run to run on a shared machine, so llamay is compared with its best run. Beside each
+2x from run to run on a shared machine, so llamay is compared with its best run. llamay decodes
+with its default prompt-lookup speculation, which random weights, repeating themselves, reward
+more than real text would; so each model also gets `--nospec-runs` llamay runs with speculation
+off (decode only), judged on the same decode targets. Beside each
 decode figure, the memory-bandwidth limit: the machine's read bandwidth (bandwidth.py, measured
 in the same run) over the bytes of weights a decoded token reads. `--default-model` adds llamay's
 default model (a real one) with its own targets. Prints one JSON object.
@@ -48,9 +52,17 @@ SIZES = Sizes(
     heavy_requests=16,
 )
 # llamay over llama-server's best run (times: its best over llamay's), and decode over the limit.
-TARGETS = {"decode_ratio": 1.0, "decode_of_limit": 0.6, "prefill_ratio": 1.2, "prompt_heavy_c8_ratio": 1.2}
+TARGETS = {
+    "decode_ratio": 1.0,
+    "decode_of_limit": 0.6,
+    "decode_nospec_ratio": 1.0,
+    "decode_nospec_of_limit": 0.6,
+    "prefill_ratio": 1.2,
+    "prompt_heavy_c8_ratio": 1.2,
+}
 # llamay's default model: decode and the 8-client prompts; the other figures are reported only.
-DEFAULT_TARGETS = {"decode_ratio": 1.1, "prompt_heavy_c8_ratio": 1.2}
+DEFAULT_TARGETS = {"decode_ratio": 1.1, "decode_nospec_ratio": 1.1, "prompt_heavy_c8_ratio": 1.2}
+NOSPEC = "llamay_nospec"  # llamay with speculation off, decode only
 BUSY = "other processes were using the CPUs: every figure is distorted by contention"
 
 
@@ -60,6 +72,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quants", default=",".join(QUANTS), help="comma-separated quantisations")
     p.add_argument("--anchor-runs", type=int, default=3, help="llama-server runs per model (default 3)")
     p.add_argument("--llamay-runs", type=int, default=1, help="llamay runs per model (default 1)")
+    p.add_argument(
+        "--nospec-runs", type=int, default=1, help="llamay runs with speculation off, decode only (default 1)"
+    )
+    p.add_argument(
+        "--phases", default=",".join(sorted(PHASES)), help="comma-separated, of " + ", ".join(sorted(PHASES))
+    )
     p.add_argument("--threads", type=int, default=2, help="CPU threads for every server (default 2)")
     p.add_argument("--ctx", type=int, default=16384, help="KV cells for every server (default 16384)")
     p.add_argument("--parallel", type=int, default=8, help="llama-server's slots (-np; default 8)")
@@ -71,14 +89,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [s for s in args.shape_list if s not in SHAPES]
     if unknown:
         p.error(f"unknown shape {unknown[0]!r} (known: {', '.join(SHAPES)})")
+    args.phase_set = frozenset(x for x in args.phases.split(",") if x)
+    if not args.phase_set or not args.phase_set <= PHASES:
+        p.error(f"--phases takes some of {', '.join(sorted(PHASES))} (got {args.phases!r})")
     return args
 
 
-def run_order(anchor_runs: int, llamay_runs: int) -> list[str]:
-    """llama-server and llamay alternating, llama-server first, the rest of either at the end."""
+def run_order(anchor_runs: int, llamay_runs: int, nospec_runs: int = 0) -> list[str]:
+    """llama-server, llamay and llamay without speculation in turn, llama-server first, the
+    rest of any at the end."""
     order: list[str] = []
-    for i in range(max(anchor_runs, llamay_runs)):
+    for i in range(max(anchor_runs, llamay_runs, nospec_runs)):
         order += ["llama_server"] * (i < anchor_runs) + ["llamay"] * (i < llamay_runs)
+        order += [NOSPEC] * (i < nospec_runs)
     return order
 
 
@@ -110,12 +133,17 @@ def compare(
     anchor: Mapping[str, float],
     limit: float,
     targets: Mapping[str, float] = TARGETS,
+    nospec: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """llamay's best against llama-server's best (> 1: llamay ahead) and the decode limit; a
-    figure without a target in `targets` has "target" and "met" None."""
+    """llamay's best against llama-server's best (> 1: llamay ahead) and the decode limit, for
+    `mine` and for `nospec` (llamay's bests with speculation off; its figures NaN when not
+    given); a figure without a target in `targets` has "target" and "met" None."""
+    nospec_decode = nospec["decode_tok_s"] if nospec is not None else math.nan
     values = {
         "decode_ratio": _ratio(mine["decode_tok_s"], anchor["decode_tok_s"]),
         "decode_of_limit": _ratio(mine["decode_tok_s"], limit),
+        "decode_nospec_ratio": _ratio(nospec_decode, anchor["decode_tok_s"]),
+        "decode_nospec_of_limit": _ratio(nospec_decode, limit),
         "prefill_ratio": _ratio(mine["prefill_tok_s"], anchor["prefill_tok_s"]),
         "prompt_heavy_c8_ratio": _ratio(anchor[f"{HEAVY}_wall_s"], mine[f"{HEAVY}_wall_s"]),
     }
@@ -137,29 +165,34 @@ def bench_model(
     """Every run on one model file, their bests, and the comparison."""
     n_bytes = bytes_per_token(model)
     limit = bandwidth / n_bytes
-    runs: dict[str, list[dict[str, Any]]] = {"llama_server": [], "llamay": []}
+    runs: dict[str, list[dict[str, Any]]] = {"llama_server": [], "llamay": [], NOSPEC: []}
     vocab = Vocab(model)
     try:
         banned, prompts = vocab.eog_ids(), Prompts(vocab)
-        for name in run_order(args.anchor_runs, args.llamay_runs):
+        for name in run_order(args.anchor_runs, args.llamay_runs, args.nospec_runs):
             port = free_port()
+            phases = args.phase_set
             if name == "llamay":
                 spec = llamay_spec("llamay", model, port, args, {})
+            elif name == NOSPEC:
+                spec = llamay_spec(NOSPEC, model, port, args, {}, ["-speculate", "off"])
+                phases = frozenset({"decode"})
             else:
                 spec = llama_server_spec(exe, model, port, args)
             result: dict[str, Any] = {"started": time.strftime("%H:%M:%S")}
-            bench_server(spec, port, SIZES, prompts, banned, result, PHASES)
+            bench_server(spec, port, SIZES, prompts, banned, result, phases)
             runs[name].append(result)
     finally:
         vocab.close()
     bests = {name: best(got) for name, got in runs.items()}
+    nospec = bests[NOSPEC] if runs[NOSPEC] else None
     return {
         "file": str(model),
         "file_bytes": model.stat().st_size,
         "weight_bytes_per_token": n_bytes,
         "decode_limit_tok_s": limit,
         "best": bests,
-        "llamay_vs_llama_server": compare(bests["llamay"], bests["llama_server"], limit, targets),
+        "llamay_vs_llama_server": compare(bests["llamay"], bests["llama_server"], limit, targets, nospec),
         "runs": runs,
     }
 
@@ -179,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
             "ctx": args.ctx,
             "parallel": args.parallel,
             "batch": args.batch,
-            "order": run_order(args.anchor_runs, args.llamay_runs),
-            "phases": sorted(PHASES),
+            "order": run_order(args.anchor_runs, args.llamay_runs, args.nospec_runs),
+            "phases": sorted(args.phase_set),
             "sizes": asdict(SIZES),
         },
         "bandwidth": bandwidth,

@@ -10,7 +10,7 @@ import gguf
 import numpy as np
 
 from bench.common import cpu_info
-from bench.quants.main import DEFAULT_TARGETS, best, compare, run_order
+from bench.quants.main import DEFAULT_TARGETS, NOSPEC, best, compare, run_order
 from bench.quants.models import bytes_per_token
 
 
@@ -18,6 +18,7 @@ def test_runs_alternate_starting_with_the_anchor() -> None:
     assert run_order(3, 1) == ["llama_server", "llamay", "llama_server", "llama_server"]
     assert run_order(2, 2) == ["llama_server", "llamay", "llama_server", "llamay"]
     assert run_order(1, 3) == ["llama_server", "llamay", "llamay", "llamay"]
+    assert run_order(2, 1, 2) == ["llama_server", "llamay", NOSPEC, "llama_server", NOSPEC]
 
 
 def test_best_takes_the_fastest_run_of_each_figure_and_skips_failed_ones() -> None:
@@ -40,6 +41,17 @@ def test_compare_puts_llamay_ahead_above_one() -> None:
     assert got["prompt_heavy_c8_ratio"]["value"] == 1.5
     failed = compare({**mine, "decode_tok_s": math.nan}, anchor, limit=40.0)
     assert failed["decode_ratio"]["met"] is None
+    assert got["decode_nospec_ratio"]["met"] is None  # no runs without speculation
+
+
+def test_decode_without_speculation_is_judged_on_the_decode_targets() -> None:
+    mine = {"decode_tok_s": 30.0, "prefill_tok_s": 120.0, "prompt_heavy_500_c8_wall_s": 10.0}
+    anchor = {"decode_tok_s": 20.0, "prefill_tok_s": 100.0, "prompt_heavy_500_c8_wall_s": 15.0}
+    nospec = {"decode_tok_s": 19.0, "prefill_tok_s": math.nan, "prompt_heavy_500_c8_wall_s": math.nan}
+    got = compare(mine, anchor, limit=40.0, nospec=nospec)
+    assert got["decode_ratio"]["met"] is True
+    assert got["decode_nospec_ratio"] == {"value": 0.95, "target": 1.0, "met": False}
+    assert got["decode_nospec_of_limit"]["value"] == 19.0 / 40.0
 
 
 def test_the_default_model_is_judged_on_its_own_targets_and_reports_the_rest() -> None:
