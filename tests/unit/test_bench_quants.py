@@ -8,10 +8,12 @@ from pathlib import Path
 
 import gguf
 import numpy as np
+import pytest
 
 from bench.common import cpu_info
 from bench.quants.main import DEFAULT_TARGETS, NOSPEC, best, compare, run_order
 from bench.quants.models import bytes_per_token
+from bench.quants.paired import summarise
 
 
 def test_runs_alternate_starting_with_the_anchor() -> None:
@@ -93,3 +95,10 @@ def test_cpu_info_reads_the_first_processors_model_and_simd_extensions(tmp_path:
     path.write_text(block.format(n=0, extra="") + block.format(n=1, extra=" avx_vnni"))
     assert cpu_info(str(path)) == {"model": "AMD EPYC", "simd": ["avx2", "fma", "f16c", "avx512f", "avx512_vnni"]}
     assert cpu_info(str(tmp_path / "missing")) == {}
+
+
+def test_paired_decode_takes_each_pairs_ratio_and_counts_the_pairs_llamay_won() -> None:
+    got = summarise([30.0, 20.0, 33.0], [25.0, 25.0, 30.0])
+    assert got["ratios"] == pytest.approx([1.2, 0.8, 1.1])
+    assert got["median_ratio"] == pytest.approx(1.1)
+    assert got["llamay_won"] == 2 and got["pairs"] == 3
