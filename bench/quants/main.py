@@ -66,10 +66,29 @@ NOSPEC = "llamay_nospec"  # llamay with speculation off, decode only
 BUSY = "other processes were using the CPUs: every figure is distorted by contention"
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.quants", description=__doc__.split("\n\n")[0])
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """The options every quantisation benchmark takes: which models, and the servers' settings."""
     p.add_argument("--shapes", default="1b", help=f"comma-separated, of {', '.join(SHAPES)} (default 1b)")
     p.add_argument("--quants", default=",".join(QUANTS), help="comma-separated quantisations")
+    p.add_argument("--threads", type=int, default=2, help="CPU threads for every server (default 2)")
+    p.add_argument("--ctx", type=int, default=16384, help="KV cells for every server (default 16384)")
+    p.add_argument("--parallel", type=int, default=8, help="llama-server's slots (-np; default 8)")
+    p.add_argument("--batch", type=int, default=512, help="llamay's batch (default 512)")
+
+
+def model_lists(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Set `args.shape_list` and `args.quant_list` from add_model_args' options; an unknown
+    shape is a usage error."""
+    args.shape_list = [s for s in args.shapes.split(",") if s]
+    args.quant_list = [q for q in args.quants.split(",") if q]
+    unknown = [s for s in args.shape_list if s not in SHAPES]
+    if unknown:
+        p.error(f"unknown shape {unknown[0]!r} (known: {', '.join(SHAPES)})")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.quants", description=__doc__.split("\n\n")[0])
+    add_model_args(p)
     p.add_argument("--anchor-runs", type=int, default=3, help="llama-server runs per model (default 3)")
     p.add_argument("--llamay-runs", type=int, default=1, help="llamay runs per model (default 1)")
     p.add_argument(
@@ -78,17 +97,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--phases", default=",".join(sorted(PHASES)), help="comma-separated, of " + ", ".join(sorted(PHASES))
     )
-    p.add_argument("--threads", type=int, default=2, help="CPU threads for every server (default 2)")
-    p.add_argument("--ctx", type=int, default=16384, help="KV cells for every server (default 16384)")
-    p.add_argument("--parallel", type=int, default=8, help="llama-server's slots (-np; default 8)")
-    p.add_argument("--batch", type=int, default=512, help="llamay's batch (default 512)")
     p.add_argument("--default-model", action="store_true", help="also llamay's default model, own targets")
     args = p.parse_args(argv)
-    args.shape_list = [s for s in args.shapes.split(",") if s]
-    args.quant_list = [q for q in args.quants.split(",") if q]
-    unknown = [s for s in args.shape_list if s not in SHAPES]
-    if unknown:
-        p.error(f"unknown shape {unknown[0]!r} (known: {', '.join(SHAPES)})")
+    model_lists(p, args)
     args.phase_set = frozenset(x for x in args.phases.split(",") if x)
     if not args.phase_set or not args.phase_set <= PHASES:
         p.error(f"--phases takes some of {', '.join(sorted(PHASES))} (got {args.phases!r})")

@@ -30,8 +30,8 @@ from ..common import machine_info, print_json, stop_on_sigterm
 from ..serve import llama_server
 from ..serve.load import REQUEST_TIMEOUT, Prompts, RequestFailed, Vocab, completion_body, stream_completion
 from ..serve.main import ServerSpec, llama_server_spec, llamay_spec
-from .main import QUANTS
-from .models import SHAPES, ensure_models
+from .main import add_model_args, model_lists
+from .models import ensure_models
 
 BUSY = "other processes were using the CPUs: every figure is distorted by contention"
 PROMPT_TOKENS = 100
@@ -40,22 +40,13 @@ WARMUP_TOKENS = 8
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.quants.paired", description=__doc__.split("\n\n")[0])
-    p.add_argument("--shapes", default="1b", help=f"comma-separated, of {', '.join(SHAPES)} (default 1b)")
-    p.add_argument("--quants", default=",".join(QUANTS), help="comma-separated quantisations")
+    add_model_args(p)
     p.add_argument("--pairs", type=int, default=10, help="decodes on each server per model (default 10)")
     p.add_argument("--tokens", type=int, default=128, help="tokens per decode (default 128)")
-    p.add_argument("--threads", type=int, default=2, help="CPU threads for every server (default 2)")
-    p.add_argument("--ctx", type=int, default=16384, help="KV cells for every server (default 16384)")
-    p.add_argument("--parallel", type=int, default=8, help="llama-server's slots (-np; default 8)")
-    p.add_argument("--batch", type=int, default=512, help="llamay's batch (default 512)")
     args = p.parse_args(argv)
     if args.pairs < 1 or args.tokens < 3:
         p.error("--pairs must be at least 1 and --tokens at least 3")
-    args.shape_list = [s for s in args.shapes.split(",") if s]
-    args.quant_list = [q for q in args.quants.split(",") if q]
-    unknown = [s for s in args.shape_list if s not in SHAPES]
-    if unknown:
-        p.error(f"unknown shape {unknown[0]!r} (known: {', '.join(SHAPES)})")
+    model_lists(p, args)
     return args
 
 
