@@ -63,6 +63,7 @@ TARGETS = {
 # llamay's default model: decode and the 8-client prompts; the other figures are reported only.
 DEFAULT_TARGETS = {"decode_ratio": 1.1, "decode_nospec_ratio": 1.1, "prompt_heavy_c8_ratio": 1.2}
 NOSPEC = "llamay_nospec"  # llamay with speculation off, decode only
+NOSPEC_ARGS = ["-speculate", "off"]  # its extra serve arguments
 BUSY = "other processes were using the CPUs: every figure is distorted by contention"
 
 
@@ -186,7 +187,7 @@ def bench_model(
             if name == "llamay":
                 spec = llamay_spec("llamay", model, port, args, {})
             elif name == NOSPEC:
-                spec = llamay_spec(NOSPEC, model, port, args, {}, ["-speculate", "off"])
+                spec = llamay_spec(NOSPEC, model, port, args, {}, NOSPEC_ARGS)
                 phases = frozenset({"decode"})
             else:
                 spec = llama_server_spec(exe, model, port, args)

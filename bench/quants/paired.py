@@ -24,16 +24,15 @@ from typing import Any
 
 import httpx
 
-from llamay.testing.server import ServerError, free_port, start_server
+from llamay.testing.server import Server, ServerError, free_port, start_server
 
 from ..common import machine_info, print_json, stop_on_sigterm
 from ..serve import llama_server
 from ..serve.load import REQUEST_TIMEOUT, Prompts, RequestFailed, Vocab, completion_body, stream_completion
 from ..serve.main import ServerSpec, llama_server_spec, llamay_spec
-from .main import add_model_args, model_lists
+from .main import BUSY, NOSPEC_ARGS, add_model_args, model_lists
 from .models import ensure_models
 
-BUSY = "other processes were using the CPUs: every figure is distorted by contention"
 PROMPT_TOKENS = 100
 WARMUP_TOKENS = 8
 
@@ -90,25 +89,23 @@ async def _pairs(
     return summarise(got["llamay"], got["llama_server"])
 
 
+def _start(spec: ServerSpec, port: int) -> Server:
+    return start_server(spec.name, spec.argv, port, spec.ready_path, env=spec.env)
+
+
 def bench_model(args: argparse.Namespace, model: Path, exe: Path) -> dict[str, Any]:
     vocab = Vocab(model)
     try:
         banned, prompts = vocab.eog_ids(), Prompts(vocab)
-        specs: dict[str, tuple[ServerSpec, int]] = {}
-        for name in ("llamay", "llama_server"):
-            port = free_port()
-            if name == "llamay":
-                spec = llamay_spec(name, model, port, args, {}, ["-speculate", "off"])
-            else:
-                spec = llama_server_spec(exe, model, port, args)
-            specs[name] = (spec, port)
         with ExitStack() as stack:
-            urls = {}
-            for name, (spec, port) in specs.items():
-                server = stack.enter_context(
-                    start_server(name, spec.argv, port, spec.ready_path, env=spec.env)
-                )
-                urls[name] = server.base_url
+            # Each port is picked once the server before it holds its own, so the two differ.
+            port = free_port()
+            mine = stack.enter_context(
+                _start(llamay_spec("llamay", model, port, args, {}, NOSPEC_ARGS), port)
+            )
+            port = free_port()
+            anchor = stack.enter_context(_start(llama_server_spec(exe, model, port, args), port))
+            urls = {"llamay": mine.base_url, "llama_server": anchor.base_url}
             result = asyncio.run(_pairs(urls, args, prompts, banned))
     finally:
         vocab.close()
